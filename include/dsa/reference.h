@@ -1,0 +1,36 @@
+// CPU ground truth for the sparse MLA forward, and the rule that judges a result against it.
+// Host-only. bf16 values are passed as their raw 16-bit patterns (uint16_t).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dsa/sparse_mla.h"
+
+namespace dsa {
+
+float bf16_to_float(uint16_t bits);
+uint16_t float_to_bf16(float value);  // round to nearest even; NaN stays NaN
+
+// The semantics of sparse_mla.h with double accumulation. All pointers in `problem` are host
+// pointers; strides as in the GPU API. Writes packed out_ref[T, H, 512] and lse_ref[T, H].
+void sparse_mla_reference_cpu(const SparseMlaProblem& problem, double* out_ref, double* lse_ref);
+
+// How a result compares with a reference. An element fails only if both its absolute and its
+// relative error exceed 1e-2 (the FlashInfer-Bench rule); NaN/inf in out fails always.
+struct Agreement {
+  int64_t elements = 0, failed_elements = 0, non_finite = 0;
+  double max_abs_err = 0, rel_l2_err = 0;  // rel_l2 = |out - ref| / |ref| over all of out
+  double max_lse_err = 0;                  // over finite reference lse
+  int64_t lse_mismatch = 0;                // -inf where the reference is finite, or the reverse, or NaN
+  bool ok(double tol = 1e-2) const {
+    return failed_elements == 0 && non_finite == 0 && lse_mismatch == 0 && rel_l2_err <= tol && max_lse_err <= tol;
+  }
+  std::string summary() const;
+};
+
+// out: packed bf16 [T, H, 512]; lse: packed fp32 [T, H].
+Agreement compare_to_reference(const uint16_t* out, const float* lse, const double* out_ref, const double* lse_ref,
+                               int num_tokens, int num_heads);
+
+}  // namespace dsa

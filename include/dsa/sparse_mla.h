@@ -1,0 +1,106 @@
+// Sparse MLA attention (DeepSeek Sparse Attention) forward on Hopper.
+//
+// Per token t, head h, over the valid entries k of indices[t, :]:
+//   logit[k] = sm_scale * (q_nope[t,h] . ckv[row_k] + q_pe[t,h] . kpe[row_k])
+//   out[t,h] = softmax(logit) @ ckv[rows]            (bf16, 512 wide)
+//   lse[t,h] = log2(sum_k exp(logit[k]))              (fp32, base 2)
+// A row index r is valid when 0 <= r < num_pages * page_size. Anything else (-1 padding, or an
+// out-of-range value) is skipped and never read; count_invalid_indices() reports the out-of-range
+// ones for callers who want to check. A token with no valid entry gets out = 0 and lse = -inf.
+// Duplicate indices count once per occurrence (as the dense formula over the index list does).
+//
+// Usage:
+//   dsa::SparseMlaProblem p;  ... fill pointers and sizes ...
+//   dsa::SparseMlaPlan plan = dsa::plan_sparse_mla(p);        // host only, cheap, cacheable
+//   void* ws; cudaMalloc(&ws, plan.workspace_bytes);           // caller owns the workspace
+//   dsa::sparse_mla_forward(p, plan, ws, plan.workspace_bytes, stream);
+// The forward call allocates nothing, never synchronises the host and can be captured in a graph.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "dsa/error.h"
+
+namespace dsa {
+
+inline constexpr int kCkvDim = 512;  // latent width: K (with kpe) and V
+inline constexpr int kKpeDim = 64;   // rope part of K
+inline constexpr int kHeadGroup = 16;  // heads one tile of the kernel computes (mma M)
+
+// All strides are in elements; 0 means "packed" (the default layout given in each comment).
+// The last dimension of every tensor is contiguous.
+struct SparseMlaProblem {
+  int num_tokens = 0;  // T >= 0 (0 is a no-op)
+  int num_heads = 0;   // H in {16, 32, 64, 128}
+  int topk = 0;        // index entries per token, >= 1
+  int page_size = 0;   // rows per page, >= 1
+  int num_pages = 0;   // pages in the cache, >= 1; rows = num_pages * page_size < 2^31
+  float sm_scale = 0.f;
+
+  const void* q_nope = nullptr;  // bf16 [T, H, 512]
+  int64_t q_nope_token_stride = 0, q_nope_head_stride = 0;  // packed: H*512, 512
+  const void* q_pe = nullptr;    // bf16 [T, H, 64]
+  int64_t q_pe_token_stride = 0, q_pe_head_stride = 0;      // packed: H*64, 64
+
+  const void* ckv_cache = nullptr;  // bf16 [num_pages, page_size, 512]
+  int64_t ckv_row_stride = 0;       // packed: 512 (576 for a cache that stores ckv|kpe rows)
+  const void* kpe_cache = nullptr;  // bf16 [num_pages, page_size, 64]
+  int64_t kpe_row_stride = 0;       // packed: 64
+
+  const int32_t* indices = nullptr;  // int32 [T, topk], flat rows page * page_size + offset
+  int64_t indices_token_stride = 0;  // packed: topk
+
+  void* out = nullptr;  // bf16 [T, H, 512]
+  int64_t out_token_stride = 0, out_head_stride = 0;  // packed: H*512, 512
+  float* lse = nullptr;  // fp32 [T, H], base-2 log-sum-exp
+  int64_t lse_token_stride = 0;  // packed: H
+};
+
+// What the planner needs to know about the device; from_device() reads it off a CUDA device.
+struct DeviceInfo {
+  int sm_count = 0;
+  int max_smem_per_block = 0;  // opt-in limit, bytes
+  int cc_major = 0, cc_minor = 0;
+  static DeviceInfo from_device(int device);  // throws dsa::Error without a usable device
+};
+
+// The kernel configuration for one problem shape on one device.
+struct SparseMlaPlan {
+  int num_tokens = 0, num_heads = 0, topk = 0;  // the shape it was made for
+  int block_keys = 0;    // KV rows per pipeline tile (32 or 64)
+  int splits = 0;        // index chunks per token; > 1 adds a combine kernel
+  int chunk = 0;         // index positions per split (<= kMaxChunk)
+  int ctas = 0;          // blocks of the main kernel
+  size_t workspace_bytes = 0;  // fp32 partials; 0 when splits == 1
+  static constexpr int kMaxChunk = 2048;
+};
+
+// Pure function of shape and device: what tests call without a GPU.
+SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev);
+// Validates the problem and plans it for the current CUDA device.
+SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem);
+
+// Throws dsa::Error naming the first bad argument (null pointer, alignment below 16 bytes,
+// unsupported H, negative sizes, overlapping strides).
+void validate(const SparseMlaProblem& problem);
+
+// Launches the forward on `stream`. `workspace` must hold plan.workspace_bytes (16-byte aligned).
+void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream);
+
+// Adds to *d_count (device int64, caller zeroes it) the number of entries of indices[T, topk]
+// outside [-1, num_rows). Asynchronous on `stream`.
+void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
+                           int64_t num_rows, long long* d_count, cudaStream_t stream);
+// The same count over a host array.
+int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int topk,
+                                   int64_t token_stride, int64_t num_rows);
+
+// A deliberately simple fp32 GPU kernel (one block per token and head, obvious loops) that
+// verifies cases too large for the CPU reference. Allocates its own scratch; not for speed.
+void sparse_mla_reference_gpu(const SparseMlaProblem& problem, cudaStream_t stream);
+
+}  // namespace dsa

@@ -1,0 +1,118 @@
+// CPU reference: one token and head at a time, double accumulation, no shortcuts.
+#include "dsa/reference.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace dsa {
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint16_t float_to_bf16(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof u);
+  if (std::isnan(value)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest, ties to even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double* lse_ref) {
+  validate(p);
+  auto stride = [](int64_t v, int64_t packed) { return v == 0 ? packed : v; };
+  const int64_t H = p.num_heads;
+  const int64_t qn_t = stride(p.q_nope_token_stride, H * kCkvDim), qn_h = stride(p.q_nope_head_stride, kCkvDim);
+  const int64_t qp_t = stride(p.q_pe_token_stride, H * kKpeDim), qp_h = stride(p.q_pe_head_stride, kKpeDim);
+  const int64_t ckv_s = stride(p.ckv_row_stride, kCkvDim), kpe_s = stride(p.kpe_row_stride, kKpeDim);
+  const int64_t idx_s = stride(p.indices_token_stride, p.topk);
+  const int64_t num_rows = static_cast<int64_t>(p.num_pages) * p.page_size;
+  const auto* qn = static_cast<const uint16_t*>(p.q_nope);
+  const auto* qp = static_cast<const uint16_t*>(p.q_pe);
+  const auto* ckv = static_cast<const uint16_t*>(p.ckv_cache);
+  const auto* kpe = static_cast<const uint16_t*>(p.kpe_cache);
+
+  std::vector<double> logits(p.topk);
+  std::vector<int32_t> rows(p.topk);
+  for (int64_t t = 0; t < p.num_tokens; ++t) {
+    int n = 0;
+    for (int k = 0; k < p.topk; ++k) {
+      const int32_t r = p.indices[t * idx_s + k];
+      if (r >= 0 && r < num_rows) rows[n++] = r;
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      double* o = out_ref + (t * H + h) * kCkvDim;
+      if (n == 0) {
+        for (int d = 0; d < kCkvDim; ++d) o[d] = 0.0;
+        lse_ref[t * H + h] = -std::numeric_limits<double>::infinity();
+        continue;
+      }
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int k = 0; k < n; ++k) {
+        double dot = 0.0;
+        for (int d = 0; d < kCkvDim; ++d)
+          dot += double(bf16_to_float(qn[t * qn_t + h * qn_h + d])) * bf16_to_float(ckv[rows[k] * ckv_s + d]);
+        for (int d = 0; d < kKpeDim; ++d)
+          dot += double(bf16_to_float(qp[t * qp_t + h * qp_h + d])) * bf16_to_float(kpe[rows[k] * kpe_s + d]);
+        logits[k] = dot * double(p.sm_scale);
+        mx = std::max(mx, logits[k]);
+      }
+      double sum = 0.0;
+      for (int k = 0; k < n; ++k) sum += std::exp(logits[k] - mx);
+      for (int d = 0; d < kCkvDim; ++d) o[d] = 0.0;
+      for (int k = 0; k < n; ++k) {
+        const double w = std::exp(logits[k] - mx) / sum;
+        for (int d = 0; d < kCkvDim; ++d) o[d] += w * bf16_to_float(ckv[rows[k] * ckv_s + d]);
+      }
+      lse_ref[t * H + h] = (mx + std::log(sum)) / std::log(2.0);
+    }
+  }
+}
+
+Agreement compare_to_reference(const uint16_t* out, const float* lse, const double* out_ref, const double* lse_ref,
+                               int num_tokens, int num_heads) {
+  Agreement a;
+  const int64_t rows = static_cast<int64_t>(num_tokens) * num_heads;
+  a.elements = rows * kCkvDim;
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < a.elements; ++i) {
+    const double got = bf16_to_float(out[i]), ref = out_ref[i];
+    if (!std::isfinite(got)) {
+      ++a.non_finite;
+      continue;
+    }
+    const double err = std::fabs(got - ref);
+    a.max_abs_err = std::max(a.max_abs_err, err);
+    if (err > 1e-2 && err > 1e-2 * std::fabs(ref)) ++a.failed_elements;
+    err2 += err * err;
+    ref2 += ref * ref;
+  }
+  a.rel_l2_err = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double got = lse[i], ref = lse_ref[i];
+    if (std::isnan(got) || std::isfinite(got) != std::isfinite(ref) || (std::isinf(got) && got != ref)) {
+      ++a.lse_mismatch;
+      continue;
+    }
+    if (std::isfinite(ref)) a.max_lse_err = std::max(a.max_lse_err, std::fabs(got - ref));
+  }
+  return a;
+}
+
+std::string Agreement::summary() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "failed %lld/%lld non-finite %lld max_abs %.3g rel_l2 %.3g lse_err %.3g lse_mismatch %lld",
+                static_cast<long long>(failed_elements), static_cast<long long>(elements),
+                static_cast<long long>(non_finite), max_abs_err, rel_l2_err, max_lse_err,
+                static_cast<long long>(lse_mismatch));
+  return buf;
+}
+
+}  // namespace dsa

@@ -1,0 +1,44 @@
+// The plain struct that crosses from the host API (sparse_mla.cpp) to the kernels (*.cu):
+// validated pointers, strides resolved to concrete values, and the plan's choices.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace dsa::detail {
+
+struct SparseMlaParams {
+  const uint16_t* q_nope;  // bf16 bits
+  const uint16_t* q_pe;
+  const uint16_t* ckv;
+  const uint16_t* kpe;
+  const int32_t* indices;
+  uint16_t* out;
+  float* lse;
+  int64_t q_nope_token_stride, q_nope_head_stride;
+  int64_t q_pe_token_stride, q_pe_head_stride;
+  int64_t ckv_row_stride, kpe_row_stride;
+  int64_t indices_token_stride;
+  int64_t out_token_stride, out_head_stride;
+  int64_t lse_token_stride;
+  int num_tokens, num_heads, topk;
+  int num_rows;          // num_pages * page_size: valid rows are [0, num_rows)
+  float sm_scale;
+  float scale_log2;      // sm_scale * log2(e): logits in base 2
+  // plan
+  int block_keys, splits, chunk;
+  float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
+  float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
+};
+
+// Launchers (src/sparse_mla/*.cu).
+void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream);
+void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits, cudaStream_t stream);
+void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
+                                  int64_t token_stride, int64_t num_rows, long long* d_count,
+                                  cudaStream_t stream);
+// Dynamic shared memory of the split-K kernel for a tile size and chunk (the planner's limit).
+int splitk_smem_bytes(int block_keys, int chunk);
+
+}  // namespace dsa::detail

@@ -1,0 +1,249 @@
+// Host side of the sparse MLA API: argument validation, the planner, and the launch glue.
+#include "dsa/sparse_mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include <cuda_runtime_api.h>
+
+#include "common/cuda_check.h"
+#include "sparse_mla/params.h"
+
+namespace dsa {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+[[noreturn]] void fail(const std::string& arg, const std::string& why) { throw Error(arg + ": " + why); }
+
+void require_pointer(const void* ptr, const char* name, size_t align) {
+  if (ptr == nullptr) fail(name, "pointer is null");
+  if (reinterpret_cast<uintptr_t>(ptr) % align != 0)
+    fail(name, "pointer must be " + std::to_string(align) + "-byte aligned");
+}
+
+// bf16 rows are moved in 16-byte pieces: a row start must stay 16-byte aligned.
+void require_vector_stride(int64_t stride, const char* name) {
+  if (stride < 0) fail(name, "stride must be >= 0, got " + std::to_string(stride));
+  if (stride % 8 != 0) fail(name, "stride must be a multiple of 8 bf16 elements (16 bytes), got " + std::to_string(stride));
+}
+
+// The rows [outer, inner] of width `width` written at outer*s_outer + inner*s_inner must not overlap.
+void require_disjoint(const char* name, int64_t width, int64_t n_outer, int64_t s_outer, int64_t n_inner,
+                      int64_t s_inner) {
+  std::pair<int64_t, int64_t> dims[2] = {{s_outer, n_outer}, {s_inner, n_inner}};
+  if (dims[0].first > dims[1].first) std::swap(dims[0], dims[1]);
+  int64_t need = width;  // the smaller stride must clear one row, the larger the whole inner block
+  for (auto [stride, extent] : dims) {
+    if (extent <= 1) continue;
+    if (stride < need)
+      fail(name, "strides overlap (stride " + std::to_string(stride) + " < " + std::to_string(need) + " elements)");
+    need = stride * extent;
+  }
+}
+
+// fp32 partial outputs [T, H, splits, 512] then partial lse [T, H, splits].
+size_t workspace_for(int num_tokens, int num_heads, int splits) {
+  return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * (kCkvDim + 1) * sizeof(float) : 0;
+}
+
+int64_t or_default(int64_t v, int64_t packed) { return v == 0 ? packed : v; }
+
+struct ResolvedStrides {
+  int64_t qn_t, qn_h, qp_t, qp_h, ckv, kpe, idx, out_t, out_h, lse_t;
+};
+
+ResolvedStrides resolve(const SparseMlaProblem& p) {
+  const int64_t H = p.num_heads;
+  return {or_default(p.q_nope_token_stride, H * kCkvDim), or_default(p.q_nope_head_stride, kCkvDim),
+          or_default(p.q_pe_token_stride, H * kKpeDim),   or_default(p.q_pe_head_stride, kKpeDim),
+          or_default(p.ckv_row_stride, kCkvDim),          or_default(p.kpe_row_stride, kKpeDim),
+          or_default(p.indices_token_stride, p.topk),     or_default(p.out_token_stride, H * kCkvDim),
+          or_default(p.out_head_stride, kCkvDim),         or_default(p.lse_token_stride, H)};
+}
+
+void validate_shape(int num_tokens, int num_heads, int topk) {
+  if (num_tokens < 0) fail("num_tokens", "must be >= 0, got " + std::to_string(num_tokens));
+  if (num_heads != 16 && num_heads != 32 && num_heads != 64 && num_heads != 128)
+    fail("num_heads", "must be 16, 32, 64 or 128, got " + std::to_string(num_heads));
+  if (topk < 1) fail("topk", "must be >= 1, got " + std::to_string(topk));
+}
+
+detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
+  const ResolvedStrides s = resolve(p);
+  detail::SparseMlaParams k{};
+  k.q_nope = static_cast<const uint16_t*>(p.q_nope);
+  k.q_pe = static_cast<const uint16_t*>(p.q_pe);
+  k.ckv = static_cast<const uint16_t*>(p.ckv_cache);
+  k.kpe = static_cast<const uint16_t*>(p.kpe_cache);
+  k.indices = p.indices;
+  k.out = static_cast<uint16_t*>(p.out);
+  k.lse = p.lse;
+  k.q_nope_token_stride = s.qn_t; k.q_nope_head_stride = s.qn_h;
+  k.q_pe_token_stride = s.qp_t;   k.q_pe_head_stride = s.qp_h;
+  k.ckv_row_stride = s.ckv;       k.kpe_row_stride = s.kpe;
+  k.indices_token_stride = s.idx;
+  k.out_token_stride = s.out_t;   k.out_head_stride = s.out_h;
+  k.lse_token_stride = s.lse_t;
+  k.num_tokens = p.num_tokens; k.num_heads = p.num_heads; k.topk = p.topk;
+  k.num_rows = static_cast<int>(static_cast<int64_t>(p.num_pages) * p.page_size);
+  k.sm_scale = p.sm_scale;
+  k.scale_log2 = static_cast<float>(p.sm_scale * 1.4426950408889634);
+  return k;
+}
+
+}  // namespace
+
+DeviceInfo DeviceInfo::from_device(int device) {
+  DeviceInfo d;
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+  return d;
+}
+
+void validate(const SparseMlaProblem& p) {
+  validate_shape(p.num_tokens, p.num_heads, p.topk);
+  if (p.page_size < 1) fail("page_size", "must be >= 1, got " + std::to_string(p.page_size));
+  if (p.num_pages < 1) fail("num_pages", "must be >= 1, got " + std::to_string(p.num_pages));
+  if (static_cast<int64_t>(p.num_pages) * p.page_size > std::numeric_limits<int32_t>::max())
+    fail("num_pages", "num_pages * page_size must fit int32 indices");
+  if (!std::isfinite(p.sm_scale)) fail("sm_scale", "must be finite");
+  require_pointer(p.q_nope, "q_nope", 16);
+  require_pointer(p.q_pe, "q_pe", 16);
+  require_pointer(p.ckv_cache, "ckv_cache", 16);
+  require_pointer(p.kpe_cache, "kpe_cache", 16);
+  require_pointer(p.indices, "indices", 4);
+  require_pointer(p.out, "out", 16);
+  require_pointer(p.lse, "lse", 4);
+  const ResolvedStrides s = resolve(p);
+  require_vector_stride(s.qn_t, "q_nope_token_stride");
+  require_vector_stride(s.qn_h, "q_nope_head_stride");
+  require_vector_stride(s.qp_t, "q_pe_token_stride");
+  require_vector_stride(s.qp_h, "q_pe_head_stride");
+  require_vector_stride(s.ckv, "ckv_row_stride");
+  require_vector_stride(s.kpe, "kpe_row_stride");
+  require_vector_stride(s.out_t, "out_token_stride");
+  require_vector_stride(s.out_h, "out_head_stride");
+  if (s.ckv < kCkvDim) fail("ckv_row_stride", "must be >= 512, got " + std::to_string(s.ckv));
+  if (s.kpe < kKpeDim) fail("kpe_row_stride", "must be >= 64, got " + std::to_string(s.kpe));
+  if (s.idx < p.topk) fail("indices_token_stride", "must be >= topk, got " + std::to_string(s.idx));
+  require_disjoint("out", kCkvDim, p.num_tokens, s.out_t, p.num_heads, s.out_h);
+  require_disjoint("lse", 1, p.num_tokens, s.lse_t, p.num_heads, 1);
+}
+
+SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev) {
+  validate_shape(num_tokens, num_heads, topk);
+  if (dev.cc_major != 9)
+    fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
+                       " unsupported: the kernels are built for sm_90a (H100/H200)");
+  if (dev.sm_count < 1) fail("device", "sm_count must be >= 1");
+  SparseMlaPlan plan;
+  plan.num_tokens = num_tokens;
+  plan.num_heads = num_heads;
+  plan.topk = topk;
+  const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
+  const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
+  // Two CTAs of the 32-key kernel fit an SM; latency-bound small problems want every SM busy
+  // with short chunks, bandwidth-bound large ones want few splits (no combine traffic).
+  const int64_t target_ctas = 2 * static_cast<int64_t>(dev.sm_count);
+  plan.block_keys = base_ctas * min_splits >= target_ctas ? 64 : 32;
+  int64_t splits = min_splits;
+  if (base_ctas > 0 && base_ctas * splits < target_ctas)
+    splits = std::max(min_splits, std::min(ceil_div(topk, plan.block_keys), ceil_div(target_ctas, base_ctas)));
+  plan.chunk = static_cast<int>(ceil_div(topk, splits));
+  plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
+  const int64_t ctas = base_ctas * plan.splits;
+  if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
+  plan.ctas = static_cast<int>(ctas);
+  if (detail::splitk_smem_bytes(plan.block_keys, plan.chunk) > dev.max_smem_per_block)
+    fail("device", "not enough shared memory per block");
+  plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
+  return plan;
+}
+
+SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
+  validate(problem);
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  // Attribute queries cost microseconds; the device's answers never change.
+  static std::mutex mu;
+  static DeviceInfo cache[64];
+  DeviceInfo dev;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (device >= 64) {
+      dev = DeviceInfo::from_device(device);
+    } else {
+      if (cache[device].sm_count == 0) cache[device] = DeviceInfo::from_device(device);
+      dev = cache[device];
+    }
+  }
+  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev);
+}
+
+void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  validate(problem);
+  if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
+    fail("plan", "was made for another shape (T, H, topk)");
+  if ((plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.chunk < 1 ||
+      plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
+      static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
+    fail("plan", "inconsistent (block_keys, splits, chunk)");
+  if (problem.num_tokens == 0) return;
+  const size_t need = workspace_for(problem.num_tokens, problem.num_heads, plan.splits);
+  if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
+  if (need > 0) require_pointer(workspace, "workspace", 16);
+  detail::SparseMlaParams k = make_params(problem);
+  k.block_keys = plan.block_keys;
+  k.splits = plan.splits;
+  k.chunk = plan.chunk;
+  if (plan.splits > 1) {
+    k.partial_out = static_cast<float*>(workspace);
+    k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.splits * kCkvDim;
+  }
+  detail::launch_sparse_mla_splitk(k, stream);
+}
+
+void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
+                           int64_t num_rows, long long* d_count, cudaStream_t stream) {
+  validate_shape(num_tokens, 16, topk);
+  require_pointer(indices, "indices", 4);
+  require_pointer(d_count, "d_count", 8);
+  if (token_stride < topk) fail("token_stride", "must be >= topk");
+  detail::launch_count_invalid_indices(indices, num_tokens, topk, token_stride, num_rows, d_count, stream);
+}
+
+int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
+                                   int64_t num_rows) {
+  validate_shape(num_tokens, 16, topk);
+  require_pointer(indices, "indices", 4);
+  if (token_stride < topk) fail("token_stride", "must be >= topk");
+  int64_t n = 0;
+  for (int64_t t = 0; t < num_tokens; ++t)
+    for (int k = 0; k < topk; ++k) {
+      const int32_t r = indices[t * token_stride + k];
+      n += (r < -1 || r >= num_rows) ? 1 : 0;
+    }
+  return n;
+}
+
+void sparse_mla_reference_gpu(const SparseMlaProblem& problem, cudaStream_t stream) {
+  validate(problem);
+  if (problem.num_tokens == 0) return;
+  const detail::SparseMlaParams k = make_params(problem);
+  float* scratch = nullptr;
+  const size_t bytes = static_cast<size_t>(problem.num_tokens) * problem.num_heads * problem.topk * sizeof(float);
+  DSA_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&scratch), bytes, stream));
+  detail::launch_sparse_mla_reference(k, scratch, stream);
+  DSA_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+}
+
+}  // namespace dsa

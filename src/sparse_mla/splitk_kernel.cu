@@ -1,0 +1,408 @@
+// Sparse MLA forward, split-K gather-attention + combine (bf16 KV cache, mma.sync m16n8k16).
+//
+// One CTA = one token x one group of 16 heads x one chunk of index positions ("split").
+//   1. Q (16 heads x 576) goes to shared memory by cp.async, then into registers as mma A
+//      fragments: warp w keeps dims [144w, 144w+144) for the whole CTA.
+//   2. The chunk's indices are compacted in shared memory (ballot + popc, in position order):
+//      -1, out-of-range values and padding anywhere cost nothing after this.
+//   3. Tiles of block_keys valid rows (ckv|kpe = 1152 B each) are gathered by 16-byte cp.async
+//      into padded shared rows, STAGES deep.
+//   4. Scores: warp w computes the partial S = Q[:, its dims] K[:, its dims]^T for all keys of
+//      the tile; the 4 partials are summed through shared memory, so every warp holds the full S
+//      and runs the same online softmax (base 2).
+//   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
+//   6. splits == 1: normalise and store bf16 out + lse. Otherwise store normalised fp32
+//      partials and the split's lse; the combine kernel (PDL-launched) merges them.
+//
+// History (H100, dsa-bench; docs/perf.md has the tables):
+//   v1 2026-11-22  BK 32/64, 2 stages, 4 warps. First measured version.
+#include <cmath>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.h"
+#include "common/ptx.cuh"
+#include "dsa/sparse_mla.h"
+#include "sparse_mla/params.h"
+
+namespace dsa::detail {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kQkDim = kCkvDim + kKpeDim;                // 576
+constexpr int kChunksPerRow = kQkDim * 2 / 16;           // 72 x 16 B per gathered row
+constexpr int kCkvChunks = kCkvDim * 2 / 16;             // 64
+constexpr int kRowBytes = kQkDim * 2 + 16;               // 1168: +16 B keeps ldmatrix conflict-free
+constexpr int kDimsPerWarpQk = kQkDim / kWarps;          // 144 = 9 k-steps of 16
+constexpr int kKStepsPerWarp = kDimsPerWarpQk / 16;      // 9
+constexpr int kDimsPerWarpV = kCkvDim / kWarps;          // 128
+constexpr int kMaxChunk = SparseMlaPlan::kMaxChunk;
+constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
+static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
+
+// Tile geometry for one block_keys value; the one place sizes are derived.
+template <int BK, int STAGES>
+struct TileShape {
+  static_assert(BK % 16 == 0 && BK >= 16 && BK <= 64, "block_keys");
+  static constexpr int kTileBytes = BK * kRowBytes;
+  static constexpr int kQBytes = kHeadGroup * kRowBytes;
+  static constexpr int kExchangeBytes = kWarps * kHeadGroup * BK * 4;
+  static constexpr int kScratchBytes = kQBytes > kExchangeBytes ? kQBytes : kExchangeBytes;
+  static constexpr int smem_bytes(int chunk) {
+    return STAGES * kTileBytes + kScratchBytes + ((chunk * 4 + 15) / 16) * 16;
+  }
+};
+
+__device__ __forceinline__ const uint16_t* row_chunk_src(const SparseMlaParams& p, int row, int c) {
+  return c < kCkvChunks ? p.ckv + (int64_t)row * p.ckv_row_stride + c * 8
+                        : p.kpe + (int64_t)row * p.kpe_row_stride + (c - kCkvChunks) * 8;
+}
+
+// Gathers `count` (<= BK) rows listed in rows[] into a tile; rows past count are zero-filled so
+// that masked keys multiply finite zeros.
+template <int BK>
+__device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows,
+                                          int count) {
+  const uint32_t base = ptx::smem_addr(tile);
+#pragma unroll 4
+  for (int c = threadIdx.x; c < BK * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow, col = c - r * kChunksPerRow;
+    const bool live = r < count;
+    const uint16_t* src = live ? row_chunk_src(p, rows[r], col) : p.ckv;
+    ptx::cp_async_16(base + r * kRowBytes + col * 16, src, live ? 16u : 0u);
+  }
+}
+
+template <int BK, int STAGES>
+__global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const SparseMlaParams p) {
+  using Shape = TileShape<BK, STAGES>;
+  constexpr int kNTiles = BK / 8;  // n8 tiles of keys
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint8_t* s_tiles = smem;
+  uint8_t* s_scratch = smem + STAGES * Shape::kTileBytes;  // Q staging, then the S exchange
+  int* s_rows = reinterpret_cast<int*>(s_scratch + Shape::kScratchBytes);
+  __shared__ int s_offsets[kIdxPerThread * kWarps + 1];
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int head_groups = p.num_heads / kHeadGroup;
+  const int hg = blockIdx.x % head_groups;
+  const int split = (blockIdx.x / head_groups) % p.splits;
+  const int t = blockIdx.x / (head_groups * p.splits);
+  const int h0 = hg * kHeadGroup;
+
+  // 1. Q -> shared (group 0 of cp.async).
+  {
+    const uint32_t base = ptx::smem_addr(s_scratch);
+    for (int c = threadIdx.x; c < kHeadGroup * kChunksPerRow; c += kThreads) {
+      const int h = c / kChunksPerRow, col = c - h * kChunksPerRow;
+      const uint16_t* src =
+          col < kCkvChunks
+              ? p.q_nope + t * p.q_nope_token_stride + (h0 + h) * p.q_nope_head_stride + col * 8
+              : p.q_pe + t * p.q_pe_token_stride + (h0 + h) * p.q_pe_head_stride + (col - kCkvChunks) * 8;
+      ptx::cp_async_16(base + h * kRowBytes + col * 16, src);
+    }
+    ptx::cp_async_commit();
+  }
+
+  // 2. Compact the valid indices of this split, keeping position order (deterministic).
+  const int pos0 = split * p.chunk;
+  const int npos = min(p.chunk, p.topk - pos0);
+  const int32_t* idx = p.indices + t * p.indices_token_stride + pos0;
+  int my_row[kIdxPerThread];
+  unsigned my_ballot[kIdxPerThread];
+#pragma unroll
+  for (int j = 0; j < kIdxPerThread; ++j) {
+    const int q = j * kThreads + threadIdx.x;
+    int r = -1;
+    if (j * kThreads < npos && q < npos) r = __ldg(idx + q);
+    const bool valid = static_cast<unsigned>(r) < static_cast<unsigned>(p.num_rows);
+    my_row[j] = r;
+    my_ballot[j] = __ballot_sync(0xffffffffu, valid);
+    if (lane == 0) s_offsets[j * kWarps + warp] = __popc(my_ballot[j]);
+  }
+  __syncthreads();
+  if (warp == 0) {  // exclusive scan of the 64 per-(j, warp) counts, two per lane
+    const int a = s_offsets[2 * lane], b = s_offsets[2 * lane + 1];
+    int incl = a + b;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    __syncwarp();
+    s_offsets[2 * lane] = incl - a - b;
+    s_offsets[2 * lane + 1] = incl - b;
+    if (lane == 31) s_offsets[kIdxPerThread * kWarps] = incl;
+  }
+  __syncthreads();
+  const unsigned lanes_below = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < kIdxPerThread; ++j) {
+    if ((my_ballot[j] >> lane) & 1u)
+      s_rows[s_offsets[j * kWarps + warp] + __popc(my_ballot[j] & lanes_below)] = my_row[j];
+  }
+  const int nvalid = s_offsets[kIdxPerThread * kWarps];
+  __syncthreads();  // s_rows complete
+
+  // 3. Prologue: first STAGES-1 tiles in flight.
+  const int ntiles = (nvalid + BK - 1) / BK;
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < ntiles) load_tile<BK>(p, s_tiles + s * Shape::kTileBytes, s_rows + s * BK, min(BK, nvalid - s * BK));
+    ptx::cp_async_commit();
+  }
+
+  // Q fragments into registers (group 0 is the oldest: waiting for STAGES-1 left covers it).
+  ptx::cp_async_wait<STAGES - 1>();
+  __syncthreads();
+  uint32_t q_frag[kKStepsPerWarp][4];
+  {
+    const uint32_t base = ptx::smem_addr(s_scratch);
+#pragma unroll
+    for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
+      const int dim = warp * kDimsPerWarpQk + kk * 16 + (lane / 16) * 8;
+      ptx::ldmatrix_x4(q_frag[kk], base + (lane % 16) * kRowBytes + dim * 2);
+    }
+  }
+
+  float o_acc[kDimsPerWarpV / 8][4];
+#pragma unroll
+  for (int j = 0; j < kDimsPerWarpV / 8; ++j) o_acc[j][0] = o_acc[j][1] = o_acc[j][2] = o_acc[j][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY};  // rows g and g+8 (g = lane / 4), base-2 logits
+  float l_run[2] = {0.f, 0.f};              // this thread's part of the row sums
+
+  // Lane -> row/col offsets of the ldmatrix addresses.
+  const int k_key = (lane & 7) + ((lane >> 4) << 3), k_dim = ((lane >> 3) & 1) * 8;  // K (B, non-trans)
+  const int v_key = (lane & 7) + (((lane >> 3) & 1) << 3), v_dim = (lane >> 4) * 8;  // V (B, trans)
+  const int quad_col = (lane % 4) * 2;
+  float4* s_exchange = reinterpret_cast<float4*>(s_scratch);
+
+  for (int it = 0; it < ntiles; ++it) {
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile `it` visible to all; everyone is done with tile it-1 and with Q
+    {
+      const int nt = it + STAGES - 1;
+      if (nt < ntiles)
+        load_tile<BK>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, s_rows + nt * BK, min(BK, nvalid - nt * BK));
+      ptx::cp_async_commit();
+    }
+    const uint32_t tile = ptx::smem_addr(s_tiles + (it % STAGES) * Shape::kTileBytes);
+
+    // 4. Partial scores over this warp's 144 dims, all BK keys.
+    float s_acc[kNTiles][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) s_acc[j][0] = s_acc[j][1] = s_acc[j][2] = s_acc[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
+      const int dim = warp * kDimsPerWarpQk + kk * 16 + k_dim;
+#pragma unroll
+      for (int nb = 0; nb < BK / 16; ++nb) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, tile + (nb * 16 + k_key) * kRowBytes + dim * 2);
+        ptx::mma_bf16_16816(s_acc[2 * nb], q_frag[kk], b[0], b[1]);
+        ptx::mma_bf16_16816(s_acc[2 * nb + 1], q_frag[kk], b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+      s_exchange[(warp * kNTiles + j) * 32 + lane] = make_float4(s_acc[j][0], s_acc[j][1], s_acc[j][2], s_acc[j][3]);
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      float4 sum = s_exchange[j * 32 + lane];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) {
+        const float4 v = s_exchange[(w * kNTiles + j) * 32 + lane];
+        sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+      }
+      s_acc[j][0] = sum.x; s_acc[j][1] = sum.y; s_acc[j][2] = sum.z; s_acc[j][3] = sum.w;
+    }
+
+    // Online softmax, base 2; keys past nvalid (last tile) are -inf.
+    const int keys_left = nvalid - it * BK;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = j * 8 + quad_col + (e & 1);
+        const float v = key < keys_left ? s_acc[j][e] * p.scale_log2 : -INFINITY;
+        s_acc[j][e] = v;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m_run[r], tile_max[r]);  // finite: every tile has a valid key
+      alpha[r] = ptx::exp2_approx(m_run[r] - m_new);
+      m_run[r] = m_new;
+      l_run[r] *= alpha[r];
+    }
+    uint32_t p_frag[BK / 16][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      const float p0 = ptx::exp2_approx(s_acc[j][0] - m_run[0]);
+      const float p1 = ptx::exp2_approx(s_acc[j][1] - m_run[0]);
+      const float p2 = ptx::exp2_approx(s_acc[j][2] - m_run[1]);
+      const float p3 = ptx::exp2_approx(s_acc[j][3] - m_run[1]);
+      l_run[0] += p0 + p1;
+      l_run[1] += p2 + p3;
+      // C fragment of n-tile j -> half of the A fragment of k-step j/2.
+      p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
+      p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
+    }
+#pragma unroll
+    for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
+      o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
+      o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
+    }
+
+    // 5. O[:, this warp's 128 dims] += P V.
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+#pragma unroll
+      for (int nd = 0; nd < kDimsPerWarpV / 16; ++nd) {
+        uint32_t b[4];
+        const int dim = warp * kDimsPerWarpV + nd * 16 + v_dim;
+        ptx::ldmatrix_x4_trans(b, tile + (ks * 16 + v_key) * kRowBytes + dim * 2);
+        ptx::mma_bf16_16816(o_acc[2 * nd], p_frag[ks], b[0], b[1]);
+        ptx::mma_bf16_16816(o_acc[2 * nd + 1], p_frag[ks], b[2], b[3]);
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
+  if (p.splits > 1) ptx::launch_dependents();
+
+  // 6. Epilogue.
+  float inv_l[2], lse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    const bool any = l_run[r] > 0.f;
+    inv_l[r] = any ? 1.f / l_run[r] : 0.f;
+    lse[r] = any ? m_run[r] + log2f(l_run[r]) : -INFINITY;
+  }
+  const int g = lane / 4;
+  if (p.splits == 1) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = h0 + g + 8 * r;
+      uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + warp * kDimsPerWarpV + quad_col;
+#pragma unroll
+      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
+        *reinterpret_cast<uint32_t*>(out + j * 8) =
+            ptx::pack_bf16x2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+      if (warp == 0 && lane % 4 == 0) p.lse[t * p.lse_token_stride + h] = lse[r];
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = h0 + g + 8 * r;
+      const int64_t slot = ((int64_t)t * p.num_heads + h) * p.splits + split;
+      if (warp == 0 && lane % 4 == 0) p.partial_lse[slot] = lse[r];
+      if (nvalid == 0) continue;  // the combine never reads O of an empty split
+      float* out = p.partial_out + slot * kCkvDim + warp * kDimsPerWarpV + quad_col;
+#pragma unroll
+      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
+        *reinterpret_cast<float2*>(out + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+    }
+  }
+}
+
+// One warp per (token, head): lse = log2 sum 2^lse_s, out = sum_s 2^(lse_s - lse) out_s.
+__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMlaParams p) {
+  ptx::wait_prerequisites();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t th = (int64_t)blockIdx.x * 4 + warp;
+  if (th >= (int64_t)p.num_tokens * p.num_heads) return;
+  const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
+  const float* lse_s = p.partial_lse + th * p.splits;
+  float mx = -INFINITY;
+  for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, lse_s[s]);
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride;
+  if (mx == -INFINITY) {  // no valid index in any split
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(out + i * 128 + lane * 4) = make_uint2(0u, 0u);
+    if (lane == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
+    return;
+  }
+  float sum = 0.f;
+  for (int s = lane; s < p.splits; s += 32) sum += exp2f(lse_s[s] - mx);
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  const float lse = mx + log2f(sum);
+  float4 acc[4] = {};
+  const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
+  for (int s = 0; s < p.splits; ++s) {
+    const float ls = lse_s[s];
+    if (ls == -INFINITY) continue;
+    const float w = exp2f(ls - lse);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 v = *reinterpret_cast<const float4*>(po + s * kCkvDim + i * 128);
+      acc[i].x += w * v.x; acc[i].y += w * v.y; acc[i].z += w * v.z; acc[i].w += w * v.w;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    *reinterpret_cast<uint2*>(out + i * 128 + lane * 4) =
+        make_uint2(ptx::pack_bf16x2(acc[i].x, acc[i].y), ptx::pack_bf16x2(acc[i].z, acc[i].w));
+  if (lane == 0) p.lse[t * p.lse_token_stride + h] = lse;
+}
+
+constexpr int kStages = 2;
+
+template <int BK>
+void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages>;
+  const int smem = TileShape<BK, kStages>::smem_bytes(p.chunk);
+  // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
+  static thread_local int configured_smem[64] = {};
+  int device = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 64 && configured_smem[device] < smem) {
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        TileShape<BK, kStages>::smem_bytes(kMaxChunk)));
+    configured_smem[device] = TileShape<BK, kStages>::smem_bytes(kMaxChunk);
+  }
+  const int64_t ctas = (int64_t)p.num_tokens * (p.num_heads / kHeadGroup) * p.splits;
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+int splitk_smem_bytes(int block_keys, int chunk) {
+  return block_keys == 32 ? TileShape<32, kStages>::smem_bytes(chunk)
+                          : TileShape<64, kStages>::smem_bytes(chunk);
+}
+
+void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return;
+  if (p.block_keys == 32)
+    launch_splitk<32>(p, stream);
+  else
+    launch_splitk<64>(p, stream);
+  if (p.splits == 1) return;
+  cudaLaunchConfig_t cfg = {};
+  const int64_t warps = (int64_t)p.num_tokens * p.num_heads;
+  cfg.gridDim = dim3(static_cast<unsigned>((warps + 3) / 4));
+  cfg.blockDim = dim3(128);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_kernel, p));
+}
+
+}  // namespace dsa::detail

@@ -1,0 +1,59 @@
+// Planner decisions on a described H100: invariants over a grid of shapes, and the choices
+// that matter for speed at both ends.
+#include <gtest/gtest.h>
+
+#include "dsa/sparse_mla.h"
+
+namespace dsa {
+namespace {
+
+const DeviceInfo kH100{132, 232448, 9, 0};
+
+TEST(Planner, InvariantsHoldOverAGridOfShapes) {
+  for (int T : {0, 1, 2, 3, 8, 64, 133, 1024, 4096, 100000})
+    for (int H : {16, 32, 64, 128})
+      for (int topk : {1, 31, 63, 64, 2048, 2049, 5000, 300000}) {
+        SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H << " topk " << topk);
+        const SparseMlaPlan p = plan_sparse_mla(T, H, topk, kH100);
+        EXPECT_TRUE(p.block_keys == 32 || p.block_keys == 64);
+        EXPECT_GE(p.splits, 1);
+        EXPECT_GE(p.chunk, 1);
+        EXPECT_LE(p.chunk, SparseMlaPlan::kMaxChunk);
+        EXPECT_GE(int64_t(p.chunk) * p.splits, topk);         // every position covered
+        EXPECT_LT(int64_t(p.chunk) * (p.splits - 1), topk);   // no empty split
+        EXPECT_EQ(int64_t(p.ctas), int64_t(T) * (H / 16) * p.splits);
+        const size_t ws = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
+        EXPECT_EQ(p.workspace_bytes, ws);
+      }
+}
+
+TEST(Planner, SmallBatchesSplitEachTokenOverTheChip) {
+  const SparseMlaPlan p = plan_sparse_mla(1, 16, 2048, kH100);
+  EXPECT_EQ(p.block_keys, 32);
+  EXPECT_GE(p.ctas, 64);  // one token must not run on a handful of SMs
+  EXPECT_GT(p.splits, 1);
+}
+
+TEST(Planner, LargeBatchesUseOneSplitAndNoWorkspace) {
+  const SparseMlaPlan p = plan_sparse_mla(4096, 16, 2048, kH100);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.workspace_bytes, 0u);
+  EXPECT_EQ(p.block_keys, 64);
+}
+
+TEST(Planner, TopkBeyondOneChunkAlwaysSplits) {
+  const SparseMlaPlan p = plan_sparse_mla(4096, 16, 5000, kH100);
+  EXPECT_EQ(p.splits, 3);
+}
+
+TEST(Planner, RejectsUnsupportedShapesAndDevices) {
+  EXPECT_THROW(plan_sparse_mla(1, 24, 2048, kH100), Error);
+  EXPECT_THROW(plan_sparse_mla(1, 8, 2048, kH100), Error);
+  EXPECT_THROW(plan_sparse_mla(1, 16, 0, kH100), Error);
+  EXPECT_THROW(plan_sparse_mla(-1, 16, 2048, kH100), Error);
+  EXPECT_THROW(plan_sparse_mla(1, 16, 2048, DeviceInfo{108, 166912, 8, 0}), Error);
+  EXPECT_THROW(plan_sparse_mla(1, 16, 2048, DeviceInfo{132, 48 * 1024, 9, 0}), Error);  // too little smem
+}
+
+}  // namespace
+}  // namespace dsa

@@ -1,0 +1,163 @@
+// Argument validation (each bad argument named in the message), index counting, and the
+// workload generators the tests and dsa-bench rely on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dsa/sparse_mla.h"
+#include "workload.h"
+
+namespace dsa {
+namespace {
+
+// Host buffers large enough for the strides used below; only addresses matter to validate().
+struct Buffers {
+  std::vector<uint16_t> big = std::vector<uint16_t>(1 << 20);
+  std::vector<int32_t> idx = std::vector<int32_t>(4096);
+  std::vector<float> lse = std::vector<float>(4096);
+};
+
+SparseMlaProblem good(Buffers& b) {
+  SparseMlaProblem p;
+  p.num_tokens = 2; p.num_heads = 16; p.topk = 64; p.page_size = 64; p.num_pages = 10; p.sm_scale = 0.1f;
+  p.q_nope = b.big.data(); p.q_pe = b.big.data(); p.ckv_cache = b.big.data(); p.kpe_cache = b.big.data();
+  p.indices = b.idx.data(); p.out = b.big.data(); p.lse = b.lse.data();
+  return p;
+}
+
+void expect_error_naming(const SparseMlaProblem& p, const std::string& name) {
+  try {
+    validate(p);
+    ADD_FAILURE() << "no error; expected one naming " << name;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+}
+
+TEST(Validate, AcceptsAGoodProblem) {
+  Buffers b;
+  EXPECT_NO_THROW(validate(good(b)));
+  SparseMlaProblem p = good(b);
+  p.num_tokens = 0;  // T = 0 is a valid no-op
+  EXPECT_NO_THROW(validate(p));
+  p = good(b);
+  p.ckv_row_stride = 576;  // one cache holding ckv|kpe rows
+  p.kpe_row_stride = 576;
+  p.kpe_cache = b.big.data() + 512;
+  EXPECT_NO_THROW(validate(p));
+  p = good(b);  // head-major output [H, T, 512] does not overlap
+  p.out_head_stride = 2 * 512;
+  p.out_token_stride = 512;
+  EXPECT_NO_THROW(validate(p));
+}
+
+TEST(Validate, NamesTheBadArgument) {
+  Buffers b;
+  const auto mut = [&](auto f, const std::string& name) {
+    SparseMlaProblem p = good(b);
+    f(p);
+    expect_error_naming(p, name);
+  };
+  mut([](SparseMlaProblem& p) { p.q_nope = nullptr; }, "q_nope");
+  mut([](SparseMlaProblem& p) { p.q_pe = nullptr; }, "q_pe");
+  mut([](SparseMlaProblem& p) { p.ckv_cache = nullptr; }, "ckv_cache");
+  mut([](SparseMlaProblem& p) { p.kpe_cache = nullptr; }, "kpe_cache");
+  mut([](SparseMlaProblem& p) { p.indices = nullptr; }, "indices");
+  mut([](SparseMlaProblem& p) { p.out = nullptr; }, "out");
+  mut([](SparseMlaProblem& p) { p.lse = nullptr; }, "lse");
+  mut([&](SparseMlaProblem& p) { p.q_nope = b.big.data() + 4; }, "q_nope");  // 8-byte aligned only
+  mut([&](SparseMlaProblem& p) { p.ckv_cache = b.big.data() + 1; }, "ckv_cache");
+  mut([&](SparseMlaProblem& p) { p.out = b.big.data() + 2; }, "out");
+  mut([](SparseMlaProblem& p) { p.num_heads = 24; }, "num_heads");
+  mut([](SparseMlaProblem& p) { p.num_heads = 8; }, "num_heads");
+  mut([](SparseMlaProblem& p) { p.num_tokens = -1; }, "num_tokens");
+  mut([](SparseMlaProblem& p) { p.topk = 0; }, "topk");
+  mut([](SparseMlaProblem& p) { p.page_size = 0; }, "page_size");
+  mut([](SparseMlaProblem& p) { p.num_pages = 0; }, "num_pages");
+  mut([](SparseMlaProblem& p) { p.num_pages = 1 << 30; p.page_size = 64; }, "num_pages");
+  mut([](SparseMlaProblem& p) { p.sm_scale = 1.f / 0.f; }, "sm_scale");
+  mut([](SparseMlaProblem& p) { p.q_nope_head_stride = 516; }, "q_nope_head_stride");
+  mut([](SparseMlaProblem& p) { p.q_pe_token_stride = -64; }, "q_pe_token_stride");
+  mut([](SparseMlaProblem& p) { p.ckv_row_stride = 256; }, "ckv_row_stride");
+  mut([](SparseMlaProblem& p) { p.kpe_row_stride = 32; }, "kpe_row_stride");
+  mut([](SparseMlaProblem& p) { p.indices_token_stride = 32; }, "indices_token_stride");
+  mut([](SparseMlaProblem& p) { p.out_head_stride = 256; }, "out");        // rows of heads overlap
+  mut([](SparseMlaProblem& p) { p.out_token_stride = 512 * 8; }, "out");   // tokens overlap
+  mut([](SparseMlaProblem& p) { p.lse_token_stride = 8; }, "lse");
+}
+
+TEST(CountInvalid, CountsEntriesOutsideMinusOneToRows) {
+  const std::vector<int32_t> idx = {-1, 0, 9, 10, -2, 5, 1 << 30, -1};  // rows = 10
+  EXPECT_EQ(count_invalid_indices_host(idx.data(), 2, 4, 4, 10), 3);
+  EXPECT_EQ(count_invalid_indices_host(idx.data(), 1, 3, 4, 10), 0);  // strided: first 3 of token 0
+  EXPECT_THROW(count_invalid_indices_host(idx.data(), 2, 4, 3, 10), Error);
+}
+
+TEST(Workload, SameSeedSameIndicesOtherSeedOther) {
+  workload::IndexSpec s;
+  s.num_tokens = 4;
+  const auto a = workload::make_indices(s, 1), b = workload::make_indices(s, 1), c = workload::make_indices(s, 2);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(Workload, PatternsLookAsSpecified) {
+  using workload::IndexPattern;
+  workload::IndexSpec s;
+  s.num_tokens = 6;
+  s.topk = 256;
+  s.page_size = 64;
+  s.num_pages = 100;
+  const int64_t rows = 6400;
+
+  s.pattern = IndexPattern::runs;
+  s.valid_counts = {1, 100, 256};
+  auto v = workload::make_indices(s, 3);
+  for (int t = 0; t < 6; ++t) {
+    const int n = s.valid_counts[std::min(t, 2)];
+    const int32_t* r = v.data() + t * 256;
+    EXPECT_EQ(r[0] % 64, 0) << "runs start on a page";
+    for (int i = 1; i < n; ++i) EXPECT_EQ(r[i], r[0] + i);
+    for (int i = n; i < 256; ++i) EXPECT_EQ(r[i], -1);
+  }
+
+  s.pattern = IndexPattern::random;
+  v = workload::make_indices(s, 4);
+  for (int t = 0; t < 6; ++t) {
+    std::vector<int32_t> r(v.begin() + t * 256, v.begin() + (t + 1) * 256);
+    for (int32_t x : r) EXPECT_TRUE(x >= 0 && x < rows);
+    std::sort(r.begin(), r.end());
+    EXPECT_EQ(std::unique(r.begin(), r.end()), r.end()) << "random rows are distinct";
+  }
+
+  s.pattern = IndexPattern::all_padding;
+  v = workload::make_indices(s, 5);
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](int32_t x) { return x == -1; }));
+
+  s.pattern = IndexPattern::single_valid;
+  v = workload::make_indices(s, 6);
+  for (int t = 0; t < 6; ++t) EXPECT_EQ(std::count_if(v.begin() + t * 256, v.begin() + (t + 1) * 256, [](int32_t x) { return x >= 0; }), 1);
+
+  s.pattern = IndexPattern::out_of_range;
+  v = workload::make_indices(s, 7);
+  EXPECT_GT(count_invalid_indices_host(v.data(), 6, 256, 256, rows), 0);
+
+  s.pattern = IndexPattern::padding_middle;
+  v = workload::make_indices(s, 8);
+  EXPECT_EQ(v[256 / 3 + 1], -1);
+  EXPECT_GT(std::count_if(v.begin() + 256 / 2, v.begin() + 256, [](int32_t x) { return x >= 0; }), 0);
+
+  s.pattern = IndexPattern::shared_prefix;
+  s.prefix_len = 1000;
+  v = workload::make_indices(s, 9);
+  for (int t = 0; t < 6; ++t)
+    for (int i = 0; i < 256; ++i) EXPECT_LT(v[t * 256 + i], 1000 - 6 + t + 1) << "causal prefix";
+
+  EXPECT_THROW(workload::parse_pattern("nope"), Error);
+  EXPECT_EQ(workload::parse_pattern("runs"), IndexPattern::runs);
+}
+
+}  // namespace
+}  // namespace dsa

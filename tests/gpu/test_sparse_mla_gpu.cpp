@@ -1,0 +1,463 @@
+// The split-K kernel against the float64 CPU reference (small cases) or the fp32 GPU reference
+// kernel (large ones), on fresh random inputs, with outputs poisoned before every run.
+// Every test skips without a CUDA device.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "dsa/reference.h"
+#include "dsa/sparse_mla.h"
+#include "host_problem.h"
+
+namespace dsa {
+namespace {
+
+using testing::HostProblem;
+using workload::IndexPattern;
+
+#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
+
+bool have_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+template <class T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceBuffer(size_t count) : n(count) {
+    if (cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(count, 1) * sizeof(T)) != cudaSuccess) ptr = nullptr;
+  }
+  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    if (ptr) cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+};
+
+constexpr uint16_t kPoisonBf16 = 0xffff;  // NaN: any element left unwritten fails the check
+
+// Inputs on the device plus poisoned outputs (strided when out_pad/lse_pad > 0).
+struct DeviceProblem {
+  const HostProblem& hp;
+  int64_t out_token_stride, lse_token_stride;
+  DeviceBuffer<uint16_t> q_nope, q_pe, ckv, kpe;
+  DeviceBuffer<int32_t> indices;
+  DeviceBuffer<uint16_t> out;
+  DeviceBuffer<float> lse;
+
+  DeviceProblem(const HostProblem& h, int out_pad = 0, int lse_pad = 0)
+      : hp(h),
+        out_token_stride(int64_t(h.H) * kCkvDim + out_pad),
+        lse_token_stride(h.H + lse_pad),
+        q_nope(h.q_nope), q_pe(h.q_pe), ckv(h.ckv), kpe(h.kpe), indices(h.indices),
+        out(size_t(h.T) * out_token_stride),
+        lse(size_t(h.T) * lse_token_stride) {}
+
+  void poison() {
+    std::vector<uint16_t> o(out.n, kPoisonBf16);
+    std::vector<float> l(lse.n, std::numeric_limits<float>::quiet_NaN());
+    cudaMemcpy(out.ptr, o.data(), o.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(lse.ptr, l.data(), l.size() * 4, cudaMemcpyHostToDevice);
+  }
+
+  SparseMlaProblem view() const {
+    SparseMlaProblem p = hp.view();
+    p.q_nope = q_nope.ptr; p.q_pe = q_pe.ptr; p.ckv_cache = ckv.ptr; p.kpe_cache = kpe.ptr;
+    p.indices = indices.ptr;
+    p.out = out.ptr; p.out_token_stride = out_token_stride;
+    p.lse = lse.ptr; p.lse_token_stride = lse_token_stride;
+    return p;
+  }
+
+  // Packed copies of out/lse; checks that the padding between strided rows is still poison.
+  void fetch(std::vector<uint16_t>& o, std::vector<float>& l) const {
+    const auto ro = out.get();
+    const auto rl = lse.get();
+    o.assign(size_t(hp.T) * hp.H * kCkvDim, 0);
+    l.assign(size_t(hp.T) * hp.H, 0);
+    for (int t = 0; t < hp.T; ++t) {
+      std::memcpy(&o[size_t(t) * hp.H * kCkvDim], &ro[t * out_token_stride], size_t(hp.H) * kCkvDim * 2);
+      std::memcpy(&l[size_t(t) * hp.H], &rl[t * lse_token_stride], size_t(hp.H) * 4);
+      for (int64_t i = int64_t(hp.H) * kCkvDim; i < out_token_stride; ++i)
+        ASSERT_EQ(ro[t * out_token_stride + i], kPoisonBf16) << "write past a token's out row";
+      for (int64_t i = hp.H; i < lse_token_stride; ++i) ASSERT_TRUE(std::isnan(rl[t * lse_token_stride + i]));
+    }
+  }
+};
+
+// The ground truth for hp: CPU float64 when small enough, else the GPU fp32 reference kernel.
+void reference(const HostProblem& hp, std::vector<double>& out, std::vector<double>& lse, bool* used_cpu = nullptr) {
+  out.assign(size_t(hp.T) * hp.H * kCkvDim, 0);
+  lse.assign(size_t(hp.T) * hp.H, 0);
+  const bool cpu = int64_t(hp.T) * hp.H * hp.topk <= (int64_t(1) << 21);
+  if (used_cpu) *used_cpu = cpu;
+  if (cpu) {
+    SparseMlaProblem p = hp.view();
+    std::vector<uint16_t> o(16);
+    std::vector<float> l(4);
+    p.out = o.data();
+    p.lse = l.data();
+    sparse_mla_reference_cpu(p, out.data(), lse.data());
+    return;
+  }
+  DeviceProblem d(hp);
+  d.poison();
+  sparse_mla_reference_gpu(d.view(), nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> o;
+  std::vector<float> l;
+  d.fetch(o, l);
+  for (size_t i = 0; i < o.size(); ++i) out[i] = bf16_to_float(o[i]);
+  for (size_t i = 0; i < l.size(); ++i) lse[i] = l[i];
+}
+
+// Runs the planned kernel (or `plan_override`) on a poisoned output and judges it.
+Agreement run_and_compare(const HostProblem& hp, const SparseMlaPlan* plan_override = nullptr, int out_pad = 0,
+                          int lse_pad = 0) {
+  DeviceProblem d(hp, out_pad, lse_pad);
+  d.poison();
+  const SparseMlaProblem p = d.view();
+  const SparseMlaPlan plan = plan_override ? *plan_override : plan_sparse_mla(p);
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<uint16_t> o;
+  std::vector<float> l;
+  d.fetch(o, l);
+  std::vector<double> ro, rl;
+  reference(hp, ro, rl);
+  return compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+}
+
+uint64_t seed_of(int a, int b, int c, int d) { return (uint64_t(a) * 1000003 + b) * 1000033 + uint64_t(c) * 97 + d; }
+
+// ---- every H x topk x pattern, page sizes 1 and 64 ----------------------------------------
+struct SweepCase {
+  int H, topk;
+  IndexPattern pattern;
+  int page_size;
+};
+
+class Sweep : public ::testing::TestWithParam<SweepCase> {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(Sweep, MatchesReference) {
+  const SweepCase c = GetParam();
+  HostProblem hp;
+  hp.T = 3;
+  hp.H = c.H;
+  hp.topk = c.topk;
+  hp.page_size = c.page_size;
+  hp.num_pages = c.page_size == 1 ? 6000 : 100;
+  workload::IndexSpec spec;
+  spec.pattern = c.pattern;
+  spec.prefix_len = 3000;
+  hp.fill(spec, seed_of(c.H, c.topk, int(c.pattern), c.page_size));
+  const Agreement a = run_and_compare(hp);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+std::vector<SweepCase> sweep_cases() {
+  std::vector<SweepCase> v;
+  const IndexPattern patterns[] = {IndexPattern::random,       IndexPattern::runs,         IndexPattern::shared_prefix,
+                                   IndexPattern::all_padding,  IndexPattern::single_valid, IndexPattern::padding_middle,
+                                   IndexPattern::duplicates,   IndexPattern::out_of_range};
+  int i = 0;
+  for (int H : {16, 32, 64, 128})
+    for (int topk : {1, 63, 64, 2048, 2049})
+      for (IndexPattern pat : patterns) {
+        // The full product is 160 cases; H = 128 keeps the three main patterns to bound CPU time.
+        if (H == 128 && pat != IndexPattern::random && pat != IndexPattern::runs && pat != IndexPattern::padding_middle)
+          continue;
+        v.push_back({H, topk, pat, (i++ % 2) ? 64 : 1});
+      }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Sweep, ::testing::ValuesIn(sweep_cases()),
+                         [](const ::testing::TestParamInfo<SweepCase>& info) {
+                           return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
+                                  workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
+                         });
+
+// ---- token counts from 1 to 4096 (large ones against the GPU reference) --------------------
+class TokenCounts : public ::testing::TestWithParam<std::tuple<int, IndexPattern>> {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(TokenCounts, MatchesReference) {
+  const auto [T, pattern] = GetParam();
+  HostProblem hp;
+  hp.T = T;
+  hp.H = 16;
+  hp.topk = 2048;
+  hp.page_size = 64;
+  hp.num_pages = 256;
+  workload::IndexSpec spec;
+  spec.pattern = pattern;
+  spec.prefix_len = 8192;
+  hp.fill(spec, seed_of(T, int(pattern), 7, 7));
+  const Agreement a = run_and_compare(hp);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(T, TokenCounts,
+                         ::testing::Combine(::testing::Values(1, 2, 5, 17, 64, 133, 600, 4096),
+                                            ::testing::Values(IndexPattern::random, IndexPattern::runs,
+                                                              IndexPattern::shared_prefix)),
+                         [](const auto& info) {
+                           return "T" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  workload::to_string(std::get<1>(info.param));
+                         });
+
+// ---- forced kernel configurations: both tile sizes, one split and many ---------------------
+TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
+  HostProblem hp;
+  hp.T = 4;
+  hp.H = 32;
+  hp.topk = 2048;
+  hp.page_size = 64;
+  hp.num_pages = 128;
+  workload::IndexSpec spec;
+  spec.pattern = IndexPattern::padding_middle;
+  hp.fill(spec, 99);
+  const SparseMlaPlan base = plan_sparse_mla(4, 32, 2048, DeviceInfo::from_device(0));
+  for (int bk : {32, 64})
+    for (int splits : {1, 2, 3, 7, 32, 64}) {
+      SparseMlaPlan plan = base;
+      plan.block_keys = bk;
+      plan.chunk = (2048 + splits - 1) / splits;
+      plan.splits = (2048 + plan.chunk - 1) / plan.chunk;
+      plan.workspace_bytes = plan.splits > 1 ? size_t(hp.T) * hp.H * plan.splits * 513 * 4 : 0;
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "block_keys " << bk << " splits " << plan.splits << ": " << a.summary();
+    }
+}
+
+// ---- strided q/out/lse and a combined ckv|kpe cache ----------------------------------------
+TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
+  HostProblem hp;
+  hp.T = 5;
+  hp.H = 16;
+  hp.topk = 300;
+  hp.page_size = 16;
+  hp.num_pages = 64;
+  workload::IndexSpec spec;
+  spec.pattern = IndexPattern::random;
+  hp.fill(spec, 1234);
+  std::vector<double> ro, rl;
+  reference(hp, ro, rl);
+
+  // q_nope|q_pe interleaved in one [T, H, 576] tensor padded to 600 per head (+8 per token);
+  // ckv|kpe in one [rows, 576] cache.
+  const int64_t q_hs = 600, q_ts = q_hs * hp.H + 8;
+  std::vector<uint16_t> q(size_t(hp.T) * q_ts, 0x7fc0), cache(size_t(hp.rows()) * 576);
+  for (int t = 0; t < hp.T; ++t)
+    for (int h = 0; h < hp.H; ++h) {
+      std::memcpy(&q[t * q_ts + h * q_hs], &hp.q_nope[(size_t(t) * hp.H + h) * 512], 1024);
+      std::memcpy(&q[t * q_ts + h * q_hs + 512], &hp.q_pe[(size_t(t) * hp.H + h) * 64], 128);
+    }
+  for (int64_t r = 0; r < hp.rows(); ++r) {
+    std::memcpy(&cache[r * 576], &hp.ckv[r * 512], 1024);
+    std::memcpy(&cache[r * 576 + 512], &hp.kpe[r * 64], 128);
+  }
+  DeviceProblem d(hp, /*out_pad=*/24, /*lse_pad=*/3);
+  DeviceBuffer<uint16_t> dq(q), dcache(cache);
+  d.poison();
+  SparseMlaProblem p = d.view();
+  p.q_nope = dq.ptr;
+  p.q_pe = dq.ptr + 512;
+  p.q_nope_head_stride = p.q_pe_head_stride = q_hs;
+  p.q_nope_token_stride = p.q_pe_token_stride = q_ts;
+  p.ckv_cache = dcache.ptr;
+  p.kpe_cache = dcache.ptr + 512;
+  p.ckv_row_stride = p.kpe_row_stride = 576;
+  for (int forced_splits : {0, 1}) {  // planned (split) and single-split paths
+    d.poison();
+    SparseMlaPlan plan = plan_sparse_mla(p);
+    if (forced_splits) {
+      plan.splits = 1;
+      plan.chunk = hp.topk;
+      plan.workspace_bytes = 0;
+    }
+    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<uint16_t> o;
+    std::vector<float> l;
+    d.fetch(o, l);
+    const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+    EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
+  }
+}
+
+// ---- the same call captured in a CUDA graph and replayed on new inputs ---------------------
+TEST_F(Gpu, GraphCaptureAndReplay) {
+  HostProblem hp;
+  hp.T = 2;
+  hp.H = 64;
+  hp.topk = 2048;
+  hp.page_size = 64;
+  hp.num_pages = 64;
+  workload::IndexSpec spec;
+  spec.pattern = IndexPattern::runs;
+  hp.fill(spec, 555);
+  DeviceProblem d(hp);
+  const SparseMlaProblem p = d.view();
+  const SparseMlaPlan plan = plan_sparse_mla(p);
+  ASSERT_GT(plan.splits, 1) << "the combine kernel (PDL) must be inside the graph";
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream);
+  CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int round = 0; round < 3; ++round) {
+    // New q and indices each replay, written into the captured buffers.
+    HostProblem next = hp;
+    workload::IndexSpec s2;
+    s2.pattern = round == 1 ? IndexPattern::padding_middle : IndexPattern::random;
+    next.fill(s2, 600 + round);
+    CUDA_OK(cudaMemcpy(d.q_nope.ptr, next.q_nope.data(), next.q_nope.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.q_pe.ptr, next.q_pe.data(), next.q_pe.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.ckv.ptr, next.ckv.data(), next.ckv.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.kpe.ptr, next.kpe.data(), next.kpe.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.indices.ptr, next.indices.data(), next.indices.size() * 4, cudaMemcpyHostToDevice));
+    d.poison();
+    CUDA_OK(cudaGraphLaunch(exec, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> o;
+    std::vector<float> l;
+    d.fetch(o, l);
+    std::vector<double> ro, rl;
+    reference(next, ro, rl);
+    const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+    EXPECT_TRUE(a.ok()) << "replay " << round << ": " << a.summary();
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// ---- run-to-run determinism (a moving result is a race) -------------------------------------
+TEST_F(Gpu, BitwiseDeterministic) {
+  HostProblem hp;
+  hp.T = 8;
+  hp.H = 16;
+  hp.topk = 2048;
+  hp.page_size = 64;
+  hp.num_pages = 128;
+  workload::IndexSpec spec;
+  spec.pattern = IndexPattern::padding_middle;
+  hp.fill(spec, 77);
+  DeviceProblem d(hp);
+  const SparseMlaProblem p = d.view();
+  const SparseMlaPlan plan = plan_sparse_mla(p);
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  std::vector<uint16_t> first;
+  for (int rep = 0; rep < 5; ++rep) {
+    d.poison();
+    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const auto o = d.out.get();
+    if (rep == 0) first = o;
+    ASSERT_EQ(o, first) << "rep " << rep;
+  }
+}
+
+// ---- the GPU reference itself against the CPU reference -------------------------------------
+TEST_F(Gpu, GpuReferenceKernelMatchesCpuReference) {
+  HostProblem hp;
+  hp.T = 3;
+  hp.H = 32;
+  hp.topk = 700;
+  hp.page_size = 64;
+  hp.num_pages = 40;
+  workload::IndexSpec spec;
+  spec.pattern = IndexPattern::out_of_range;
+  hp.fill(spec, 31);
+  hp.indices[5] = -1;
+  std::fill(hp.indices.begin() + 700, hp.indices.begin() + 1400, -1);  // token 1: no valid row
+  DeviceProblem d(hp);
+  d.poison();
+  sparse_mla_reference_gpu(d.view(), nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint16_t> o;
+  std::vector<float> l;
+  d.fetch(o, l);
+  std::vector<double> ro, rl;
+  bool cpu = false;
+  reference(hp, ro, rl, &cpu);
+  ASSERT_TRUE(cpu);
+  const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+TEST_F(Gpu, CountInvalidIndicesMatchesHost) {
+  workload::IndexSpec spec;
+  spec.pattern = IndexPattern::out_of_range;
+  spec.num_tokens = 37;
+  spec.topk = 999;
+  spec.num_pages = 50;
+  const auto idx = workload::make_indices(spec, 5);
+  DeviceBuffer<int32_t> di(idx);
+  DeviceBuffer<long long> count(1);
+  CUDA_OK(cudaMemset(count.ptr, 0, 8));
+  count_invalid_indices(di.ptr, 37, 999, 999, 50 * 64, count.ptr, nullptr);
+  const long long got = count.get()[0];
+  EXPECT_EQ(got, count_invalid_indices_host(idx.data(), 37, 999, 999, 50 * 64));
+  EXPECT_GT(got, 0);
+}
+
+TEST_F(Gpu, ForwardRejectsAPlanForAnotherShapeAndASmallWorkspace) {
+  HostProblem hp;
+  hp.T = 1;
+  hp.topk = 2048;
+  hp.page_size = 64;
+  hp.num_pages = 64;
+  hp.fill({}, 3);
+  DeviceProblem d(hp);
+  const SparseMlaProblem p = d.view();
+  SparseMlaPlan plan = plan_sparse_mla(p);
+  ASSERT_GT(plan.workspace_bytes, 0u);
+  EXPECT_THROW(sparse_mla_forward(p, plan, nullptr, plan.workspace_bytes - 4, nullptr), Error);
+  SparseMlaPlan other = plan;
+  other.num_tokens = 2;
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  EXPECT_THROW(sparse_mla_forward(p, other, ws.ptr, plan.workspace_bytes, nullptr), Error);
+  EXPECT_NO_THROW(sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace dsa

@@ -1,0 +1,56 @@
+// Deterministic test/benchmark inputs for sparse MLA: index patterns and random bf16 tensors.
+// Internal to the repository (tests and dsa-bench); not installed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsa::workload {
+
+// Counter-based generator (splitmix64): the same seed gives the same data on every machine.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next();
+  uint64_t below(uint64_t n) { return next() % n; }  // n > 0
+  double uniform();                                   // [0, 1)
+  double normal();
+
+ private:
+  uint64_t state_;
+};
+
+enum class IndexPattern {
+  random,          // distinct rows scattered over the whole cache (long-context decode)
+  runs,            // one page-aligned contiguous run per token, -1 after (short-context decode)
+  shared_prefix,   // token t picks rows of its causal prefix of one sequence (prefill)
+  all_padding,     // every entry -1
+  single_valid,    // one valid row at a random position, -1 elsewhere
+  padding_middle,  // random rows with -1 scattered through the list, not only at the end
+  duplicates,      // rows drawn from a handful of values, repeated
+  out_of_range,    // random rows with some entries < -1 or >= num_rows
+};
+
+const char* to_string(IndexPattern p);
+IndexPattern parse_pattern(const std::string& name);  // throws dsa::Error on an unknown name
+
+struct IndexSpec {
+  IndexPattern pattern = IndexPattern::random;
+  int num_tokens = 1;
+  int topk = 2048;
+  int page_size = 64;
+  int num_pages = 8462;
+  // runs: valid entries per token; empty = random counts in [1, topk]; one value = all tokens.
+  std::vector<int> valid_counts;
+  // shared_prefix: length of the sequence the last token sees (rows [0, prefix_len)).
+  int prefix_len = 8192;
+};
+
+// Row-major [num_tokens, topk] int32.
+std::vector<int32_t> make_indices(const IndexSpec& spec, uint64_t seed);
+
+// n bf16 bit patterns ~ N(0, 1) * scale.
+std::vector<uint16_t> random_bf16(size_t n, double scale, uint64_t seed);
+
+}  // namespace dsa::workload

@@ -1,0 +1,21 @@
+// Device helpers of dsa-bench: the memory floor beside every case (a pure gather of exactly the
+// rows the case reads, 16-byte loads and no math; a plain streaming read) and a device-side
+// random fill for the large KV cache.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace dsa::bench {
+
+// Reads ckv (1024 B) + kpe (128 B) of every valid entry of indices[T, topk]; `splits` blocks per token.
+void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
+                        int num_rows, int splits, unsigned* sink, cudaStream_t stream);
+// Reads `bytes` (multiple of 16) from `src` once with 16-byte loads.
+void launch_stream_read(const void* src, size_t bytes, int sm_count, unsigned* sink, cudaStream_t stream);
+
+// Fills n bf16 values with N(0,1) * scale from a counter hash of (seed, i): deterministic.
+void launch_fill_normal_bf16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream);
+
+}  // namespace dsa::bench

@@ -1,0 +1,394 @@
+// dsa-bench: verifies the sparse MLA kernel on every case, then times it beside the memory
+// floor (a pure gather of the same rows) measured in the same run.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_kernels.h"
+#include "common/cuda_check.h"
+#include "dsa/reference.h"
+#include "dsa/sparse_mla.h"
+#include "suites.h"
+#include "timing.h"
+#include "workload.h"
+
+#ifndef DSA_GIT_COMMIT
+#define DSA_GIT_COMMIT "unknown"
+#endif
+
+namespace dsa::bench {
+namespace {
+
+constexpr int kRowBytes = (kCkvDim + kKpeDim) * 2;  // 1152 B gathered per index entry
+
+struct Options {
+  std::string suite = "targets";
+  std::string timer = "cupti";
+  int reps = 30, warmup = 3;
+  bool no_flush = false;
+  uint64_t seed = 1;
+  std::string json_path, csv_path;
+  // One custom case instead of a suite.
+  int T = 0, heads = 16, topk = 2048, page_size = 64, num_pages = 8462, prefix_len = 8192;
+  std::string pattern = "random";
+  std::vector<int> valid;
+  // Plan overrides (sweeps).
+  int block_keys = 0, splits = 0;
+};
+
+struct Result {
+  BenchCase c;
+  int64_t entries = 0;  // valid (t, k) entries: rows gathered
+  SparseMlaPlan plan;
+  Agreement vs_gpu_ref, vs_cpu_ref;
+  bool cpu_checked = false, ok = false;
+  Timing kernel, gather;
+  int gather_splits = 0;
+};
+
+// A KV cache on the device for one (num_pages, page_size), filled once; host copy on demand.
+struct Cache {
+  int num_pages = 0, page_size = 0;
+  uint16_t* ckv = nullptr;
+  uint16_t* kpe = nullptr;
+  std::vector<uint16_t> host_ckv, host_kpe;
+  int64_t rows() const { return int64_t(num_pages) * page_size; }
+  ~Cache() {
+    cudaFree(ckv);
+    cudaFree(kpe);
+  }
+  void fetch_host() {
+    if (!host_ckv.empty()) return;
+    host_ckv.resize(rows() * kCkvDim);
+    host_kpe.resize(rows() * kKpeDim);
+    DSA_CUDA_CHECK(cudaMemcpy(host_ckv.data(), ckv, host_ckv.size() * 2, cudaMemcpyDeviceToHost));
+    DSA_CUDA_CHECK(cudaMemcpy(host_kpe.data(), kpe, host_kpe.size() * 2, cudaMemcpyDeviceToHost));
+  }
+};
+
+template <class T>
+T* device_copy(const std::vector<T>& h) {
+  T* d = nullptr;
+  DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(h.size(), 1) * sizeof(T)));
+  DSA_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+template <class T>
+std::vector<T> host_copy(const T* d, size_t n) {
+  std::vector<T> h(n);
+  DSA_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+struct DeviceFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DevicePtr = std::unique_ptr<void, DeviceFree>;
+
+Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer which, const Options& o, int sm_count) {
+  Result res;
+  res.c = c;
+  const int T = c.indices.num_tokens, H = c.num_heads, topk = c.indices.topk;
+  const auto indices = workload::make_indices(c.indices, o.seed);
+  for (int32_t r : indices) res.entries += (r >= 0 && r < cache.rows());
+  const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
+  const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
+  DevicePtr d_qn(device_copy(q_nope)), d_qp(device_copy(q_pe)), d_idx(device_copy(indices));
+  const size_t out_n = size_t(T) * H * kCkvDim, lse_n = size_t(T) * H;
+  DevicePtr d_out(device_copy(std::vector<uint16_t>(out_n, 0xffff)));  // poisoned: NaN
+  DevicePtr d_lse(device_copy(std::vector<float>(lse_n, NAN)));
+  DevicePtr d_ref_out(device_copy(std::vector<uint16_t>(out_n, 0xffff)));
+  DevicePtr d_ref_lse(device_copy(std::vector<float>(lse_n, NAN)));
+
+  SparseMlaProblem p;
+  p.num_tokens = T; p.num_heads = H; p.topk = topk;
+  p.page_size = cache.page_size; p.num_pages = cache.num_pages; p.sm_scale = c.sm_scale;
+  p.q_nope = d_qn.get(); p.q_pe = d_qp.get(); p.ckv_cache = cache.ckv; p.kpe_cache = cache.kpe;
+  p.indices = static_cast<const int32_t*>(d_idx.get());
+  p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
+  res.plan = plan_sparse_mla(p);
+  if (o.block_keys) res.plan.block_keys = o.block_keys;
+  if (o.splits) {
+    res.plan.chunk = (topk + o.splits - 1) / o.splits;
+    res.plan.splits = (topk + res.plan.chunk - 1) / res.plan.chunk;
+    res.plan.workspace_bytes = res.plan.splits > 1 ? size_t(T) * H * res.plan.splits * (kCkvDim + 1) * 4 : 0;
+  }
+  void* ws = nullptr;
+  DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
+  DevicePtr d_ws(ws);
+  cudaStream_t stream = nullptr;
+
+  // Verify first: the kernel and the GPU reference on the same inputs, outputs poisoned.
+  sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream);
+  SparseMlaProblem ref = p;
+  ref.out = d_ref_out.get();
+  ref.lse = static_cast<float*>(d_ref_lse.get());
+  sparse_mla_reference_gpu(ref, stream);
+  DSA_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto out = host_copy(static_cast<uint16_t*>(d_out.get()), out_n);
+  const auto lse = host_copy(static_cast<float*>(d_lse.get()), lse_n);
+  {
+    const auto ro = host_copy(static_cast<uint16_t*>(d_ref_out.get()), out_n);
+    const auto rl = host_copy(static_cast<float*>(d_ref_lse.get()), lse_n);
+    std::vector<double> ro_d(out_n), rl_d(lse_n);
+    for (size_t i = 0; i < out_n; ++i) ro_d[i] = bf16_to_float(ro[i]);
+    for (size_t i = 0; i < lse_n; ++i) rl_d[i] = rl[i];
+    res.vs_gpu_ref = compare_to_reference(out.data(), lse.data(), ro_d.data(), rl_d.data(), T, H);
+  }
+  if (res.entries * H <= (int64_t(1) << 19)) {  // small enough for the float64 CPU reference
+    cache.fetch_host();
+    SparseMlaProblem hp = p;
+    hp.q_nope = q_nope.data(); hp.q_pe = q_pe.data();
+    hp.ckv_cache = cache.host_ckv.data(); hp.kpe_cache = cache.host_kpe.data();
+    hp.indices = indices.data();
+    std::vector<uint16_t> dummy_out(16);
+    std::vector<float> dummy_lse(4);
+    hp.out = dummy_out.data();
+    hp.lse = dummy_lse.data();
+    std::vector<double> ro(out_n), rl(lse_n);
+    sparse_mla_reference_cpu(hp, ro.data(), rl.data());
+    res.vs_cpu_ref = compare_to_reference(out.data(), lse.data(), ro.data(), rl.data(), T, H);
+    res.cpu_checked = true;
+  }
+  res.ok = res.vs_gpu_ref.ok() && (!res.cpu_checked || res.vs_cpu_ref.ok());
+
+  // Time the kernel, then the gather floor (best block split) with the same timer.
+  const int kernels = res.plan.splits > 1 ? 2 : 1;
+  res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
+                          kernels, o.reps, o.warmup);
+  unsigned* sink = nullptr;
+  DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 64));
+  DevicePtr d_sink(sink);
+  const auto* idx_ptr = static_cast<const int32_t*>(d_idx.get());
+  for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
+    if (int64_t(T) * splits > 400000 || splits > topk) continue;
+    if (int64_t(T) * splits < sm_count / 2 && splits != 64 && splits * 2 <= topk) continue;  // too few blocks
+    const Timing g = timer.time(
+        which, [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), splits, sink, stream); },
+        1, std::max(5, o.reps / 3), 1);
+    if (res.gather_splits == 0 || g.median_us < res.gather.median_us) {
+      res.gather = g;
+      res.gather_splits = splits;
+    }
+  }
+  res.gather = timer.time(which, [&] {
+    launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), res.gather_splits, sink, stream);
+  }, 1, o.reps, o.warmup);
+  return res;
+}
+
+double useful_tflops(const Result& r, double us) {
+  return double(r.entries) * r.c.num_heads * (kCkvDim + kKpeDim + kCkvDim) * 2 / (us * 1e-6) / 1e12;
+}
+
+void print_table(const std::vector<Result>& results, FILE* f) {
+  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %17s %9s %6s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
+               "verify", "rel_l2", "lse_err", "kernel us (range)", "gather us", "ratio", "GB/s", "TFLOP/s", "target");
+  for (const Result& r : results) {
+    char plan[32], range[48];
+    std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
+    std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
+    const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
+    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %17s %9.1f %6.2f %7.0f %7.1f  %s\n", r.c.name.c_str(),
+                 r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
+                 r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
+                 range, r.gather.median_us, r.kernel.median_us / r.gather.median_us, gbs, useful_tflops(r, r.kernel.median_us),
+                 r.c.target.c_str());
+  }
+}
+
+nlohmann::json to_json(const Result& r) {
+  auto timing = [](const Timing& t) {
+    return nlohmann::json{{"median_us", t.median_us}, {"min_us", t.min_us}, {"max_us", t.max_us}, {"reps", t.reps},
+                          {"timer", to_string(t.timer)}};
+  };
+  auto agreement = [](const Agreement& a) {
+    return nlohmann::json{{"ok", a.ok()}, {"failed_elements", a.failed_elements}, {"non_finite", a.non_finite},
+                          {"max_abs_err", a.max_abs_err}, {"rel_l2_err", a.rel_l2_err}, {"max_lse_err", a.max_lse_err},
+                          {"lse_mismatch", a.lse_mismatch}};
+  };
+  nlohmann::json j{{"case", r.c.name},
+                   {"num_tokens", r.c.indices.num_tokens},
+                   {"num_heads", r.c.num_heads},
+                   {"topk", r.c.indices.topk},
+                   {"page_size", r.c.indices.page_size},
+                   {"num_pages", r.c.indices.num_pages},
+                   {"pattern", workload::to_string(r.c.indices.pattern)},
+                   {"entries", r.entries},
+                   {"plan", {{"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}}},
+                   {"ok", r.ok},
+                   {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
+                   {"kernel", timing(r.kernel)},
+                   {"gather_floor", timing(r.gather)},
+                   {"gather_splits", r.gather_splits},
+                   {"ratio_to_gather", r.kernel.median_us / r.gather.median_us},
+                   {"bytes_gathered", r.entries * kRowBytes},
+                   {"useful_tflops", useful_tflops(r, r.kernel.median_us)},
+                   {"target", r.c.target}};
+  if (r.cpu_checked) j["vs_cpu_reference"] = agreement(r.vs_cpu_ref);
+  return j;
+}
+
+void write_csv(const std::vector<Result>& results, const std::string& path) {
+  std::ofstream f(path);
+  if (!f) throw Error("--csv: cannot write " + path);
+  f << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
+       "ratio,useful_tflops\n";
+  for (const Result& r : results)
+    f << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
+      << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
+      << r.vs_gpu_ref.max_lse_err << ',' << to_string(r.kernel.timer) << ',' << r.kernel.median_us << ','
+      << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
+      << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << '\n';
+}
+
+// No GPU: say so, and still show the reference working on the smoke suite.
+int run_without_gpu(const Options& o) {
+  std::printf("dsa-bench: no CUDA device; running the CPU reference on the smoke suite instead\n");
+  for (BenchCase c : builtin_suite("smoke")) {
+    auto& s = c.indices;
+    const int64_t rows = int64_t(s.num_pages) * s.page_size;
+    const auto idx = workload::make_indices(s, o.seed);
+    const auto qn = workload::random_bf16(size_t(s.num_tokens) * c.num_heads * kCkvDim, 1.0, o.seed + 11);
+    const auto qp = workload::random_bf16(size_t(s.num_tokens) * c.num_heads * kKpeDim, 1.0, o.seed + 12);
+    const auto ckv = workload::random_bf16(size_t(rows) * kCkvDim, 0.5, o.seed + 3);
+    const auto kpe = workload::random_bf16(size_t(rows) * kKpeDim, 0.5, o.seed + 4);
+    std::vector<uint16_t> out(16);
+    std::vector<float> lse(4);
+    SparseMlaProblem p;
+    p.num_tokens = s.num_tokens; p.num_heads = c.num_heads; p.topk = s.topk;
+    p.page_size = s.page_size; p.num_pages = s.num_pages; p.sm_scale = c.sm_scale;
+    p.q_nope = qn.data(); p.q_pe = qp.data(); p.ckv_cache = ckv.data(); p.kpe_cache = kpe.data();
+    p.indices = idx.data(); p.out = out.data(); p.lse = lse.data();
+    std::vector<double> ro(size_t(s.num_tokens) * c.num_heads * kCkvDim), rl(size_t(s.num_tokens) * c.num_heads);
+    sparse_mla_reference_cpu(p, ro.data(), rl.data());
+    std::printf("%-20s T=%d H=%d topk=%d  lse[0]=%.4f out[0][0]=%.4f\n", c.name.c_str(), s.num_tokens, c.num_heads,
+                s.topk, rl[0], ro[0]);
+  }
+  return 0;
+}
+
+int run(const Options& o) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return run_without_gpu(o);
+  std::vector<BenchCase> cases;
+  if (o.T > 0) {
+    BenchCase c;
+    c.name = "custom";
+    c.num_heads = o.heads;
+    c.indices.num_tokens = o.T;
+    c.indices.topk = o.topk;
+    c.indices.page_size = o.page_size;
+    c.indices.num_pages = o.num_pages;
+    c.indices.pattern = workload::parse_pattern(o.pattern);
+    c.indices.valid_counts = o.valid;
+    c.indices.prefix_len = o.prefix_len;
+    cases.push_back(c);
+  } else {
+    cases = builtin_suite(o.suite);
+  }
+  const Timer which = parse_timer(o.timer);
+  cudaDeviceProp prop{};
+  DSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::printf("device %s, %d SMs, L2 %d MB, driver %d, runtime %d, commit %s\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, driver, runtime, DSA_GIT_COMMIT);
+  std::printf("timer %s, L2 %s before each call, %d reps (median, min-max)\n", to_string(which),
+              o.no_flush ? "NOT flushed" : "flushed", o.reps);
+
+  KernelTimer timer(nullptr, !o.no_flush);
+  std::map<std::pair<int, int>, std::unique_ptr<Cache>> caches;
+  std::vector<Result> results;
+  double stream_gbs = 0;
+  for (const BenchCase& c : cases) {
+    auto& cache = caches[{c.indices.num_pages, c.indices.page_size}];
+    if (!cache) {
+      cache = std::make_unique<Cache>();
+      cache->num_pages = c.indices.num_pages;
+      cache->page_size = c.indices.page_size;
+      DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->ckv), cache->rows() * kCkvDim * 2));
+      DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->kpe), cache->rows() * kKpeDim * 2));
+      launch_fill_normal_bf16(cache->ckv, cache->rows() * kCkvDim, 0.5f, o.seed + 3, nullptr);
+      launch_fill_normal_bf16(cache->kpe, cache->rows() * kKpeDim, 0.5f, o.seed + 4, nullptr);
+      if (stream_gbs == 0 && cache->rows() * kCkvDim * 2 >= (size_t(256) << 20)) {
+        unsigned* sink = nullptr;
+        DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 64));
+        const size_t bytes = cache->rows() * kCkvDim * 2;
+        const Timing t = timer.time(Timer::events, [&] { launch_stream_read(cache->ckv, bytes, prop.multiProcessorCount, sink, nullptr); },
+                                    1, 10, 2);
+        stream_gbs = bytes / (t.median_us * 1e-6) / 1e9;
+        cudaFree(sink);
+        std::printf("streaming read of %.0f MB: %.0f GB/s (events)\n", bytes / 1e6, stream_gbs);
+      }
+    }
+    std::fprintf(stderr, "[%zu/%zu] %s\n", results.size() + 1, cases.size(), c.name.c_str());
+    results.push_back(run_case(c, *cache, timer, which, o, prop.multiProcessorCount));
+  }
+  std::printf("\n");
+  print_table(results, stdout);
+  bool all_ok = true;
+  for (const Result& r : results) {
+    if (!r.ok) {
+      all_ok = false;
+      std::printf("FAIL %s: vs GPU reference %s%s%s\n", r.c.name.c_str(), r.vs_gpu_ref.summary().c_str(),
+                  r.cpu_checked ? "; vs CPU reference " : "", r.cpu_checked ? r.vs_cpu_ref.summary().c_str() : "");
+    }
+  }
+  if (!o.json_path.empty()) {
+    nlohmann::json j{{"device", prop.name}, {"sm_count", prop.multiProcessorCount}, {"driver", driver},
+                     {"runtime", runtime}, {"commit", DSA_GIT_COMMIT}, {"timer", to_string(which)},
+                     {"l2_flushed", !o.no_flush}, {"stream_read_gbs", stream_gbs}, {"cases", nlohmann::json::array()}};
+    for (const Result& r : results) j["cases"].push_back(to_json(r));
+    std::ofstream f(o.json_path);
+    if (!f) throw Error("--json: cannot write " + o.json_path);
+    f << j.dump(2) << '\n';
+  }
+  if (!o.csv_path.empty()) write_csv(results, o.csv_path);
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace dsa::bench
+
+int main(int argc, char** argv) {
+  dsa::bench::Options o;
+  CLI::App app{"dsa-bench: verify and time the sparse MLA kernels against the memory floor"};
+  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge")
+      ->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
+  app.add_option("--timer", o.timer, "cupti (kernel span), events, graph")->check(CLI::IsMember({"cupti", "events", "graph"}));
+  app.add_option("--reps", o.reps, "timed calls per case")->check(CLI::Range(3, 100000));
+  app.add_option("--warmup", o.warmup, "untimed calls first")->check(CLI::Range(0, 1000));
+  app.add_flag("--no-flush", o.no_flush, "do not flush the L2 before each call");
+  app.add_option("--seed", o.seed, "workload seed");
+  app.add_option("--json", o.json_path, "write every figure as JSON");
+  app.add_option("--csv", o.csv_path, "write every figure as CSV");
+  app.add_option("-T,--tokens", o.T, "custom case: tokens (replaces the suite)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--heads", o.heads, "custom case: heads")->check(CLI::IsMember({16, 32, 64, 128}));
+  app.add_option("--topk", o.topk, "custom case: topk")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--page-size", o.page_size, "custom case: page size")->check(CLI::Range(1, 1 << 16));
+  app.add_option("--num-pages", o.num_pages, "custom case: pages in the cache")->check(CLI::Range(1, 1 << 22));
+  app.add_option("--pattern", o.pattern, "custom case: index pattern");
+  app.add_option("--valid", o.valid, "custom case (runs): valid entries per token");
+  app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
+  app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({32, 64}));
+  app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return dsa::bench::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsa-bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,78 @@
+#include "suites.h"
+
+#include "dsa/error.h"
+
+namespace dsa::bench {
+namespace {
+
+using workload::IndexPattern;
+
+BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector<int> valid = {}, int heads = 16,
+               int topk = 2048, int page_size = 64, int num_pages = 8462) {
+  BenchCase c;
+  c.name = name;
+  c.num_heads = heads;
+  c.indices.num_tokens = T;
+  c.indices.topk = topk;
+  c.indices.page_size = page_size;
+  c.indices.num_pages = num_pages;
+  c.indices.pattern = pattern;
+  c.indices.valid_counts = std::move(valid);
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_suite_names() {
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge"};
+}
+
+std::vector<BenchCase> builtin_suite(const std::string& name) {
+  std::vector<BenchCase> v;
+  if (name == "targets") {
+    v.push_back(make("T1-2valid", 1, IndexPattern::runs, {2}));
+    v.back().target = "<= 4 us";
+    v.push_back(make("T1-random", 1, IndexPattern::random));
+    v.back().target = "<= 6 us";
+    v.push_back(make("T8-runs-mixed", 8, IndexPattern::runs, {1, 2048, 33, 700, 5, 1500, 64, 337}));
+    v.back().target = "<= 7 us";
+    v.push_back(make("T64-random", 64, IndexPattern::random));
+    v.back().target = "<= 1.05 x gather";
+    v.push_back(make("T256-random", 256, IndexPattern::random));
+    v.back().target = "<= gather";
+    v.push_back(make("T1024-random", 1024, IndexPattern::random));
+    v.back().target = "<= gather";
+    v.push_back(make("T4096-prefill", 4096, IndexPattern::shared_prefix));
+    v.back().indices.prefix_len = 8192;
+    v.back().target = "<= 750 us";
+  } else if (name == "smoke") {
+    v.push_back(make("smoke-T1-random", 1, IndexPattern::random, {}, 16, 2048, 64, 256));
+    v.push_back(make("smoke-T4-runs", 4, IndexPattern::runs, {}, 16, 2048, 64, 256));
+    v.push_back(make("smoke-T3-H64-middle", 3, IndexPattern::padding_middle, {}, 64, 2048, 64, 256));
+  } else if (name == "decode-small") {
+    for (int T : {1, 2, 4, 8}) v.push_back(make("runs-T" + std::to_string(T), T, IndexPattern::runs));
+    v.push_back(make("runs-T1-2048", 1, IndexPattern::runs, {2048}));
+    v.push_back(make("runs-T4-33", 4, IndexPattern::runs, {33}));
+  } else if (name == "decode-large") {
+    for (int T : {16, 32, 64, 128, 256, 512, 1024}) v.push_back(make("random-T" + std::to_string(T), T, IndexPattern::random));
+  } else if (name == "prefill") {
+    for (int T : {512, 2048, 4096, 8192}) {
+      v.push_back(make("prefill-T" + std::to_string(T), T, IndexPattern::shared_prefix));
+      v.back().indices.prefix_len = std::max(T, 8192);
+    }
+  } else if (name == "edge") {
+    v.push_back(make("all-padding-T4", 4, IndexPattern::all_padding));
+    v.push_back(make("single-valid-T4", 4, IndexPattern::single_valid));
+    v.push_back(make("padding-middle-T8", 8, IndexPattern::padding_middle));
+    v.push_back(make("duplicates-T8", 8, IndexPattern::duplicates));
+    v.push_back(make("out-of-range-T8", 8, IndexPattern::out_of_range));
+    v.push_back(make("odd-topk-T16", 16, IndexPattern::random, {}, 16, 2049));
+    v.push_back(make("topk1-T64", 64, IndexPattern::random, {}, 16, 1));
+    for (int H : {32, 64, 128}) v.push_back(make("H" + std::to_string(H) + "-T8-random", 8, IndexPattern::random, {}, H));
+  } else {
+    throw Error("suite: unknown '" + name + "'");
+  }
+  return v;
+}
+
+}  // namespace dsa::bench

@@ -1,0 +1,46 @@
+// Kernel timing for dsa-bench, three ways, each result labelled with the timer that made it:
+//   cupti  - kernel span per call (first kernel start to last kernel end), CUPTI activity records;
+//            what the FlashInfer-Bench harness reports. The default.
+//   events - CUDA events around each call (adds launch overhead, ~3 us on small kernels).
+//   graph  - N calls captured in one graph with the L2 flushes, minus a graph of the flushes alone.
+// The L2 is flushed (256 MB memset) before every call unless flush is off.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+namespace dsa::bench {
+
+enum class Timer { cupti, events, graph };
+Timer parse_timer(const std::string& name);
+const char* to_string(Timer t);
+
+struct Timing {
+  double median_us = 0, min_us = 0, max_us = 0;
+  int reps = 0;
+  Timer timer = Timer::cupti;
+};
+
+class KernelTimer {
+ public:
+  KernelTimer(cudaStream_t stream, bool flush_l2);
+  ~KernelTimer();
+  KernelTimer(const KernelTimer&) = delete;
+  KernelTimer& operator=(const KernelTimer&) = delete;
+  // `call` launches one call's kernels on the stream: `kernels_per_call` of them (CUPTI groups by it).
+  Timing time(Timer timer, const std::function<void()>& call, int kernels_per_call, int reps, int warmup);
+
+ private:
+  void flush();
+  Timing time_events(const std::function<void()>& call, int reps);
+  Timing time_graph(const std::function<void()>& call, int reps);
+  Timing time_cupti(const std::function<void()>& call, int kernels_per_call, int reps);
+  cudaStream_t stream_;
+  bool flush_l2_;
+  void* flush_buf_ = nullptr;
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+}  // namespace dsa::bench
