@@ -76,6 +76,7 @@ struct SparseMlaPlan {
   int ctas = 0;          // blocks of the main kernel
   size_t workspace_bytes = 0;  // fp32 partials; 0 when splits == 1
   static constexpr int kMaxChunk = 2048;
+  static constexpr int kMaxSplits = 4096;
 };
 
 // Pure function of shape and device: what tests call without a GPU.

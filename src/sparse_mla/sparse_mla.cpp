@@ -150,15 +150,20 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.topk = topk;
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
   const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
-  // Two CTAs of the 32-key kernel fit an SM; latency-bound small problems want every SM busy
-  // with short chunks, bandwidth-bound large ones want few splits (no combine traffic).
-  const int64_t target_ctas = 2 * static_cast<int64_t>(dev.sm_count);
-  plan.block_keys = base_ctas * min_splits >= target_ctas ? 64 : 32;
+  // The 32-key tile runs two CTAs per SM (8 warps); the 64-key tile fits one and is kept for
+  // experiments (dsa-bench --block-keys 64).
+  plan.block_keys = 32;
+  const int64_t slots = 2 * static_cast<int64_t>(dev.sm_count);
+  // Small problems split each token's index list so that one wave fills the chip (floor: a
+  // second, nearly empty wave costs more than a few idle slots); large ones keep one split
+  // per token and need no combine.
   int64_t splits = min_splits;
-  if (base_ctas > 0 && base_ctas * splits < target_ctas)
-    splits = std::max(min_splits, std::min(ceil_div(topk, plan.block_keys), ceil_div(target_ctas, base_ctas)));
-  plan.chunk = static_cast<int>(ceil_div(topk, splits));
-  plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
+  if (base_ctas > 0 && base_ctas * splits < slots)
+    splits = std::max(min_splits, std::min(ceil_div(topk, plan.block_keys), slots / base_ctas));
+  // Whole tiles per split, and no empty trailing split.
+  plan.chunk = static_cast<int>(std::min<int64_t>(
+      SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), plan.block_keys) * plan.block_keys));
+  plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));
   const int64_t ctas = base_ctas * plan.splits;
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
   plan.ctas = static_cast<int>(ctas);
@@ -193,7 +198,7 @@ void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& pl
   validate(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
-  if ((plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.chunk < 1 ||
+  if ((plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||
       plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
       static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
     fail("plan", "inconsistent (block_keys, splits, chunk)");

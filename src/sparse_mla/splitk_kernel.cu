@@ -55,23 +55,23 @@ struct TileShape {
   }
 };
 
-__device__ __forceinline__ const uint16_t* row_chunk_src(const SparseMlaParams& p, int row, int c) {
-  return c < kCkvChunks ? p.ckv + (int64_t)row * p.ckv_row_stride + c * 8
-                        : p.kpe + (int64_t)row * p.kpe_row_stride + (c - kCkvChunks) * 8;
-}
-
-// Gathers `count` (<= BK) rows listed in rows[] into a tile; rows past count are zero-filled so
-// that masked keys multiply finite zeros.
+// Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
+// take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
+// masked keys multiply finite zeros.
 template <int BK>
-__device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows,
-                                          int count) {
-  const uint32_t base = ptx::smem_addr(tile);
-#pragma unroll 4
-  for (int c = threadIdx.x; c < BK * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, col = c - r * kChunksPerRow;
+__device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t base = ptx::smem_addr(tile) + lane * 16;
+#pragma unroll
+  for (int r = warp; r < BK; r += kWarps) {
     const bool live = r < count;
-    const uint16_t* src = live ? row_chunk_src(p, rows[r], col) : p.ckv;
-    ptx::cp_async_16(base + r * kRowBytes + col * 16, src, live ? 16u : 0u);
+    const int64_t row = live ? rows[r] : 0;
+    const uint32_t bytes = live ? 16u : 0u;
+    const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
+    const uint32_t dst = base + r * kRowBytes;
+    ptx::cp_async_16(dst, ckv, bytes);
+    ptx::cp_async_16(dst + 512, ckv + 256, bytes);
+    if (lane < kKpeDim * 2 / 16) ptx::cp_async_16(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
   }
 }
 
@@ -220,18 +220,24 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       s_acc[j][0] = sum.x; s_acc[j][1] = sum.y; s_acc[j][2] = sum.z; s_acc[j][3] = sum.w;
     }
 
-    // Online softmax, base 2; keys past nvalid (last tile) are -inf.
+    // Online softmax, base 2; keys past nvalid (only in the last tile) are -inf.
     const int keys_left = nvalid - it * BK;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_acc[j][e] *= p.scale_log2;
+    if (keys_left < BK) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (j * 8 + quad_col + (e & 1) >= keys_left) s_acc[j][e] = -INFINITY;
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = j * 8 + quad_col + (e & 1);
-        const float v = key < keys_left ? s_acc[j][e] * p.scale_log2 : -INFINITY;
-        s_acc[j][e] = v;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], v);
-      }
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(s_acc[j][0], s_acc[j][1]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(s_acc[j][2], s_acc[j][3]));
     }
     float alpha[2];
 #pragma unroll
@@ -315,47 +321,79 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
 }
 
-// One warp per (token, head): lse = log2 sum 2^lse_s, out = sum_s 2^(lse_s - lse) out_s.
-__global__ void __launch_bounds__(128) sparse_mla_combine_kernel(const SparseMlaParams p) {
+// One block per (token, head): lse = log2 sum_s 2^lse_s, out = sum_s 2^(lse_s - lse) out_s.
+// Two halves of the block take alternate splits; each thread owns 4 dims, and 8 splits' loads
+// are in flight at once (a serial loop over splits costs one L2 round trip each).
+constexpr int kCombineThreads = 256;
+constexpr int kCombineUnroll = 8;
+
+__global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(const SparseMlaParams p) {
+  extern __shared__ float s_weight[];  // [splits]
+  __shared__ float s_red[kCombineThreads / 32];
+  __shared__ float4 s_half[kCkvDim / 4];
   ptx::wait_prerequisites();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t th = (int64_t)blockIdx.x * 4 + warp;
-  if (th >= (int64_t)p.num_tokens * p.num_heads) return;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int64_t th = blockIdx.x;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
   const float* lse_s = p.partial_lse + th * p.splits;
+
   float mx = -INFINITY;
-  for (int s = lane; s < p.splits; s += 32) mx = fmaxf(mx, lse_s[s]);
+  for (int s = tid; s < p.splits; s += kCombineThreads) mx = fmaxf(mx, lse_s[s]);
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  if (lane == 0) s_red[warp] = mx;
+  __syncthreads();
+  mx = s_red[0];
+#pragma unroll
+  for (int w = 1; w < kCombineThreads / 32; ++w) mx = fmaxf(mx, s_red[w]);
   uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride;
   if (mx == -INFINITY) {  // no valid index in any split
-#pragma unroll
-    for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(out + i * 128 + lane * 4) = make_uint2(0u, 0u);
-    if (lane == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
+    if (tid < kCkvDim / 4) *reinterpret_cast<uint2*>(out + tid * 4) = make_uint2(0u, 0u);
+    if (tid == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
     return;
   }
   float sum = 0.f;
-  for (int s = lane; s < p.splits; s += 32) sum += exp2f(lse_s[s] - mx);
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  const float lse = mx + log2f(sum);
-  float4 acc[4] = {};
-  const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
-  for (int s = 0; s < p.splits; ++s) {
-    const float ls = lse_s[s];
-    if (ls == -INFINITY) continue;
-    const float w = exp2f(ls - lse);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(po + s * kCkvDim + i * 128);
-      acc[i].x += w * v.x; acc[i].y += w * v.y; acc[i].z += w * v.z; acc[i].w += w * v.w;
-    }
+  for (int s = tid; s < p.splits; s += kCombineThreads) {
+    const float w = exp2f(lse_s[s] - mx);  // 0 for an empty split
+    s_weight[s] = w;
+    sum += w;
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    *reinterpret_cast<uint2*>(out + i * 128 + lane * 4) =
-        make_uint2(ptx::pack_bf16x2(acc[i].x, acc[i].y), ptx::pack_bf16x2(acc[i].z, acc[i].w));
-  if (lane == 0) p.lse[t * p.lse_token_stride + h] = lse;
+  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
+  __syncthreads();  // everyone has read s_red (max) before it is reused
+  if (lane == 0) s_red[warp] = sum;
+  __syncthreads();
+  sum = 0.f;
+#pragma unroll
+  for (int w = 0; w < kCombineThreads / 32; ++w) sum += s_red[w];
+  const float inv_sum = 1.f / sum;
+
+  const int half = tid / (kCkvDim / 4), dim4 = tid % (kCkvDim / 4);
+  const float* po = p.partial_out + th * p.splits * kCkvDim + dim4 * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s0 = half; s0 < p.splits; s0 += 2 * kCombineUnroll) {
+    float4 v[kCombineUnroll];
+    float w[kCombineUnroll];
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      const int s = s0 + 2 * u;
+      w[u] = s < p.splits ? s_weight[s] : 0.f;
+      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) {
+      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
+    }
+  }
+  if (half == 1) s_half[dim4] = acc;
+  __syncthreads();
+  if (half == 0) {
+    const float4 o = s_half[dim4];
+    acc.x = (acc.x + o.x) * inv_sum; acc.y = (acc.y + o.y) * inv_sum;
+    acc.z = (acc.z + o.z) * inv_sum; acc.w = (acc.w + o.w) * inv_sum;
+    *reinterpret_cast<uint2*>(out + dim4 * 4) = make_uint2(ptx::pack_bf16x2(acc.x, acc.y), ptx::pack_bf16x2(acc.z, acc.w));
+    if (tid == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+  }
 }
 
 constexpr int kStages = 2;
@@ -393,9 +431,9 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream) {
     launch_splitk<64>(p, stream);
   if (p.splits == 1) return;
   cudaLaunchConfig_t cfg = {};
-  const int64_t warps = (int64_t)p.num_tokens * p.num_heads;
-  cfg.gridDim = dim3(static_cast<unsigned>((warps + 3) / 4));
-  cfg.blockDim = dim3(128);
+  cfg.gridDim = dim3(static_cast<unsigned>((int64_t)p.num_tokens * p.num_heads));
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.dynamicSmemBytes = p.splits * sizeof(float);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

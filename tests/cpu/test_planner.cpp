@@ -21,6 +21,8 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_LE(p.chunk, SparseMlaPlan::kMaxChunk);
         EXPECT_GE(int64_t(p.chunk) * p.splits, topk);         // every position covered
         EXPECT_LT(int64_t(p.chunk) * (p.splits - 1), topk);   // no empty split
+        EXPECT_LE(p.splits, SparseMlaPlan::kMaxSplits);
+        if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
         EXPECT_EQ(int64_t(p.ctas), int64_t(T) * (H / 16) * p.splits);
         const size_t ws = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
         EXPECT_EQ(p.workspace_bytes, ws);
@@ -34,11 +36,16 @@ TEST(Planner, SmallBatchesSplitEachTokenOverTheChip) {
   EXPECT_GT(p.splits, 1);
 }
 
+TEST(Planner, MidBatchesFillOneWaveWithoutASecondPartialOne) {
+  const SparseMlaPlan p = plan_sparse_mla(64, 16, 2048, kH100);
+  EXPECT_LE(p.ctas, 2 * 132);
+  EXPECT_GE(p.ctas, 132);
+}
+
 TEST(Planner, LargeBatchesUseOneSplitAndNoWorkspace) {
   const SparseMlaPlan p = plan_sparse_mla(4096, 16, 2048, kH100);
   EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.workspace_bytes, 0u);
-  EXPECT_EQ(p.block_keys, 64);
 }
 
 TEST(Planner, TopkBeyondOneChunkAlwaysSplits) {

@@ -192,17 +192,21 @@ double useful_tflops(const Result& r, double us) {
 }
 
 void print_table(const std::vector<Result>& results, FILE* f) {
-  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %17s %9s %6s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
-               "verify", "rel_l2", "lse_err", "kernel us (range)", "gather us", "ratio", "GB/s", "TFLOP/s", "target");
+  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
+               "verify", "rel_l2", "lse_err", "kernel us (range)", "main+combine", "gather us", "ratio", "GB/s", "TFLOP/s",
+               "target");
   for (const Result& r : results) {
-    char plan[32], range[48];
+    char plan[32], range[48], parts[48] = "-";
     std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
+    const auto& k = r.kernel.per_kernel_median_us;
+    if (k.size() == 1) std::snprintf(parts, sizeof parts, "%.1f", k[0]);
+    if (k.size() == 2) std::snprintf(parts, sizeof parts, "%.1f+%.1f", k[0], k[1]);
     const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
-    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %17s %9.1f %6.2f %7.0f %7.1f  %s\n", r.c.name.c_str(),
+    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, r.gather.median_us, r.kernel.median_us / r.gather.median_us, gbs, useful_tflops(r, r.kernel.median_us),
+                 range, parts, r.gather.median_us, r.kernel.median_us / r.gather.median_us, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
 }
@@ -210,7 +214,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
 nlohmann::json to_json(const Result& r) {
   auto timing = [](const Timing& t) {
     return nlohmann::json{{"median_us", t.median_us}, {"min_us", t.min_us}, {"max_us", t.max_us}, {"reps", t.reps},
-                          {"timer", to_string(t.timer)}};
+                          {"timer", to_string(t.timer)}, {"per_kernel_median_us", t.per_kernel_median_us}};
   };
   auto agreement = [](const Agreement& a) {
     return nlohmann::json{{"ok", a.ok()}, {"failed_elements", a.failed_elements}, {"non_finite", a.non_finite},

@@ -182,12 +182,18 @@ Timing KernelTimer::time_cupti(const std::function<void()>& call, int kernels_pe
                 std::to_string(recs.size()));
   std::sort(recs.begin(), recs.end(), [](const KernelRecord& a, const KernelRecord& b) { return a.start < b.start; });
   std::vector<double> us;
+  std::vector<std::vector<double>> each(kernels_per_call);
   for (size_t i = 0; i < recs.size(); i += kernels_per_call) {
     uint64_t end = 0;
-    for (int k = 0; k < kernels_per_call; ++k) end = std::max(end, recs[i + k].end);
+    for (int k = 0; k < kernels_per_call; ++k) {
+      end = std::max(end, recs[i + k].end);
+      each[k].push_back((recs[i + k].end - recs[i + k].start) * 1e-3);
+    }
     us.push_back((end - recs[i].start) * 1e-3);
   }
-  return summarize(us, Timer::cupti);
+  Timing t = summarize(us, Timer::cupti);
+  for (auto& v : each) t.per_kernel_median_us.push_back(summarize(v, Timer::cupti).median_us);
+  return t;
 }
 
 }  // namespace dsa::bench

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -21,6 +22,7 @@ struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
   int reps = 0;
   Timer timer = Timer::cupti;
+  std::vector<double> per_kernel_median_us;  // cupti only: each kernel of a call, in launch order
 };
 
 class KernelTimer {
