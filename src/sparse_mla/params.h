@@ -6,6 +6,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "dsa/sparse_mla.h"
+
 namespace dsa::detail {
 
 struct SparseMlaParams {
@@ -32,12 +34,19 @@ struct SparseMlaParams {
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
 };
 
+// Stages of the split-K kernel; the ones before kStageFull are dissection variants (dsa-bench
+// --stage) that stop early and produce no meaningful output.
+enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFull = 3 };
+
 // Launchers (src/sparse_mla/*.cu).
-void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream);
+void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);
 void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits, cudaStream_t stream);
 void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
                                   int64_t token_stride, int64_t num_rows, long long* d_count,
                                   cudaStream_t stream);
+// sparse_mla_forward with a dissection stage (dsa-bench --stage); kStageFull is the real call.
+void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream, int stage);
 // Dynamic shared memory of the split-K kernel for a tile size and chunk (the planner's limit).
 int splitk_smem_bytes(int block_keys, int chunk);
 

@@ -193,8 +193,10 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
   return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev);
 }
 
-void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
+namespace detail {
+
+void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream, int stage) {
   validate(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
@@ -214,7 +216,14 @@ void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& pl
     k.partial_out = static_cast<float*>(workspace);
     k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.splits * kCkvDim;
   }
-  detail::launch_sparse_mla_splitk(k, stream);
+  launch_sparse_mla_splitk(k, stream, stage);
+}
+
+}  // namespace detail
+
+void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  detail::sparse_mla_forward_stage(problem, plan, workspace, workspace_bytes, stream, detail::kStageFull);
 }
 
 void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,

@@ -75,7 +75,12 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   }
 }
 
-template <int BK, int STAGES>
+// The dissection variants leave the tile loop early on purpose ("loop is not reachable").
+#pragma nv_diag_suppress 128
+// kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops
+// after loading tiles, after the scores, or after the softmax, keeping the work alive by
+// folding it into l_run (the lse output).
+template <int BK, int STAGES, int kStage = kStageFull>
 __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   using Shape = TileShape<BK, STAGES>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
@@ -91,6 +96,9 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   const int split = (blockIdx.x / head_groups) % p.splits;
   const int t = blockIdx.x / (head_groups * p.splits);
   const int h0 = hg * kHeadGroup;
+  // The combine (if any) may be scheduled now: its blocks are small and wait in
+  // griddepcontrol.wait for this grid's memory, so its launch latency hides behind our work.
+  if (p.splits > 1) ptx::launch_dependents();
 
   // 1. Q -> shared (group 0 of cp.async).
   {
@@ -189,6 +197,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       ptx::cp_async_commit();
     }
     const uint32_t tile = ptx::smem_addr(s_tiles + (it % STAGES) * Shape::kTileBytes);
+    if constexpr (kStage == kStageLoad) continue;
 
     // 4. Partial scores over this warp's 144 dims, all BK keys.
     float s_acc[kNTiles][4];
@@ -218,6 +227,12 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
         sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
       }
       s_acc[j][0] = sum.x; s_acc[j][1] = sum.y; s_acc[j][2] = sum.z; s_acc[j][3] = sum.w;
+    }
+
+    if constexpr (kStage == kStageScores) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) l_run[0] += s_acc[j][0] + s_acc[j][1] + s_acc[j][2] + s_acc[j][3];
+      continue;
     }
 
     // Online softmax, base 2; keys past nvalid (only in the last tile) are -inf.
@@ -262,6 +277,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
       p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
     }
+    if constexpr (kStage == kStageSoftmax) continue;
 #pragma unroll
     for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
       o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
@@ -282,7 +298,6 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     }
   }
   ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
-  if (p.splits > 1) ptx::launch_dependents();
 
   // 6. Epilogue.
   float inv_l[2], lse[2];
@@ -321,19 +336,25 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
 }
 
-// One block per (token, head): lse = log2 sum_s 2^lse_s, out = sum_s 2^(lse_s - lse) out_s.
-// Two halves of the block take alternate splits; each thread owns 4 dims, and 8 splits' loads
-// are in flight at once (a serial loop over splits costs one L2 round trip each).
+#pragma nv_diag_default 128
+
+// One block per (token, head, quarter of the 512 dims): lse = log2 sum_s 2^lse_s,
+// out = sum_s 2^(lse_s - lse) out_s. Lane l owns 4 dims; the 8 warps take splits w, w+8, ...,
+// 4 loads in flight each, and add up through shared memory. (A serial loop over splits costs
+// one L2 round trip per split; a block per (token, head) left most SMs idle at small T.)
 constexpr int kCombineThreads = 256;
-constexpr int kCombineUnroll = 8;
+constexpr int kCombineWarps = kCombineThreads / 32;
+constexpr int kCombineQuarters = kCkvDim / 128;
+constexpr int kCombineUnroll = 4;
 
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(const SparseMlaParams p) {
   extern __shared__ float s_weight[];  // [splits]
-  __shared__ float s_red[kCombineThreads / 32];
-  __shared__ float4 s_half[kCkvDim / 4];
+  __shared__ float s_red[kCombineWarps];
+  __shared__ float4 s_acc[kCombineWarps][32];
   ptx::wait_prerequisites();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int64_t th = blockIdx.x;
+  const int64_t th = blockIdx.x / kCombineQuarters;
+  const int quarter = blockIdx.x % kCombineQuarters;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
   const float* lse_s = p.partial_lse + th * p.splits;
 
@@ -345,11 +366,11 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(con
   __syncthreads();
   mx = s_red[0];
 #pragma unroll
-  for (int w = 1; w < kCombineThreads / 32; ++w) mx = fmaxf(mx, s_red[w]);
-  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride;
+  for (int w = 1; w < kCombineWarps; ++w) mx = fmaxf(mx, s_red[w]);
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + quarter * 128 + lane * 4;
   if (mx == -INFINITY) {  // no valid index in any split
-    if (tid < kCkvDim / 4) *reinterpret_cast<uint2*>(out + tid * 4) = make_uint2(0u, 0u);
-    if (tid == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
+    if (warp == 0) *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
+    if (tid == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
     return;
   }
   float sum = 0.f;
@@ -360,23 +381,21 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(con
   }
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  __syncthreads();  // everyone has read s_red (max) before it is reused
+  __syncthreads();  // everyone has read s_red (the max) before it is reused
   if (lane == 0) s_red[warp] = sum;
   __syncthreads();
   sum = 0.f;
 #pragma unroll
-  for (int w = 0; w < kCombineThreads / 32; ++w) sum += s_red[w];
-  const float inv_sum = 1.f / sum;
+  for (int w = 0; w < kCombineWarps; ++w) sum += s_red[w];
 
-  const int half = tid / (kCkvDim / 4), dim4 = tid % (kCkvDim / 4);
-  const float* po = p.partial_out + th * p.splits * kCkvDim + dim4 * 4;
+  const float* po = p.partial_out + th * p.splits * kCkvDim + quarter * 128 + lane * 4;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = half; s0 < p.splits; s0 += 2 * kCombineUnroll) {
+  for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kCombineUnroll) {
     float4 v[kCombineUnroll];
     float w[kCombineUnroll];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
-      const int s = s0 + 2 * u;
+      const int s = s0 + kCombineWarps * u;
       w[u] = s < p.splits ? s_weight[s] : 0.f;
       v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
@@ -385,22 +404,26 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(con
       acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
     }
   }
-  if (half == 1) s_half[dim4] = acc;
+  s_acc[warp][lane] = acc;
   __syncthreads();
-  if (half == 0) {
-    const float4 o = s_half[dim4];
-    acc.x = (acc.x + o.x) * inv_sum; acc.y = (acc.y + o.y) * inv_sum;
-    acc.z = (acc.z + o.z) * inv_sum; acc.w = (acc.w + o.w) * inv_sum;
-    *reinterpret_cast<uint2*>(out + dim4 * 4) = make_uint2(ptx::pack_bf16x2(acc.x, acc.y), ptx::pack_bf16x2(acc.z, acc.w));
-    if (tid == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+  if (warp == 0) {
+    const float inv_sum = 1.f / sum;
+#pragma unroll
+    for (int w = 1; w < kCombineWarps; ++w) {
+      const float4 o = s_acc[w][lane];
+      acc.x += o.x; acc.y += o.y; acc.z += o.z; acc.w += o.w;
+    }
+    *reinterpret_cast<uint2*>(out) = make_uint2(ptx::pack_bf16x2(acc.x * inv_sum, acc.y * inv_sum),
+                                                ptx::pack_bf16x2(acc.z * inv_sum, acc.w * inv_sum));
+    if (lane == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
   }
 }
 
 constexpr int kStages = 2;
 
-template <int BK>
+template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages>;
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage>;
   const int smem = TileShape<BK, kStages>::smem_bytes(p.chunk);
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
@@ -423,15 +446,22 @@ int splitk_smem_bytes(int block_keys, int chunk) {
                           : TileShape<64, kStages>::smem_bytes(chunk);
 }
 
-void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage) {
   if (p.num_tokens == 0) return;
-  if (p.block_keys == 32)
-    launch_splitk<32>(p, stream);
-  else
-    launch_splitk<64>(p, stream);
+  if (stage != kStageFull && p.block_keys != 32) throw Error("stage variants exist for block_keys 32 only");
+  switch (stage) {
+    case kStageLoad: launch_splitk<32, kStageLoad>(p, stream); break;
+    case kStageScores: launch_splitk<32, kStageScores>(p, stream); break;
+    case kStageSoftmax: launch_splitk<32, kStageSoftmax>(p, stream); break;
+    default:
+      if (p.block_keys == 32)
+        launch_splitk<32>(p, stream);
+      else
+        launch_splitk<64>(p, stream);
+  }
   if (p.splits == 1) return;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((int64_t)p.num_tokens * p.num_heads));
+  cfg.gridDim = dim3(static_cast<unsigned>((int64_t)p.num_tokens * p.num_heads * kCombineQuarters));
   cfg.blockDim = dim3(kCombineThreads);
   cfg.dynamicSmemBytes = p.splits * sizeof(float);
   cfg.stream = stream;

@@ -17,6 +17,7 @@
 #include "common/cuda_check.h"
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
+#include "sparse_mla/params.h"
 #include "suites.h"
 #include "timing.h"
 #include "workload.h"
@@ -43,7 +44,10 @@ struct Options {
   std::vector<int> valid;
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0;
+  std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
 };
+
+const char* const kStageNames[] = {"load", "scores", "softmax", "full"};
 
 struct Result {
   BenchCase c;
@@ -53,6 +57,7 @@ struct Result {
   bool cpu_checked = false, ok = false;
   Timing kernel, gather;
   int gather_splits = 0;
+  std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
 };
 
 // A KV cache on the device for one (num_pages, page_size), filled once; host copy on demand.
@@ -166,6 +171,15 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const int kernels = res.plan.splits > 1 ? 2 : 1;
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
+  if (o.stage != "full") {  // stage dissection: variants that stop early, same timer
+    for (int st = 0; st < 4; ++st) {
+      if (o.stage != "all" && o.stage != kStageNames[st]) continue;
+      const Timing t = timer.time(
+          which, [&] { detail::sparse_mla_forward_stage(p, res.plan, ws, res.plan.workspace_bytes, stream, st); }, kernels,
+          o.reps, o.warmup);
+      res.stage_us.emplace_back(kStageNames[st], t.median_us);
+    }
+  }
   unsigned* sink = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 64));
   DevicePtr d_sink(sink);
@@ -189,6 +203,18 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
 
 double useful_tflops(const Result& r, double us) {
   return double(r.entries) * r.c.num_heads * (kCkvDim + kKpeDim + kCkvDim) * 2 / (us * 1e-6) / 1e12;
+}
+
+void print_stage_table(const std::vector<Result>& results, FILE* f) {
+  if (results.empty() || results[0].stage_us.empty()) return;
+  std::fprintf(f, "\nstage dissection (median us; each variant stops after the named stage)\n%-18s", "case");
+  for (const auto& [name, us] : results[0].stage_us) std::fprintf(f, " %9s", name.c_str());
+  std::fprintf(f, " %9s\n", "gather");
+  for (const Result& r : results) {
+    std::fprintf(f, "%-18s", r.c.name.c_str());
+    for (const auto& [name, us] : r.stage_us) std::fprintf(f, " %9.1f", us);
+    std::fprintf(f, " %9.1f\n", r.gather.median_us);
+  }
 }
 
 void print_table(const std::vector<Result>& results, FILE* f) {
@@ -240,6 +266,7 @@ nlohmann::json to_json(const Result& r) {
                    {"useful_tflops", useful_tflops(r, r.kernel.median_us)},
                    {"target", r.c.target}};
   if (r.cpu_checked) j["vs_cpu_reference"] = agreement(r.vs_cpu_ref);
+  for (const auto& [name, us] : r.stage_us) j["stage_median_us"][name] = us;
   return j;
 }
 
@@ -342,6 +369,7 @@ int run(const Options& o) {
   }
   std::printf("\n");
   print_table(results, stdout);
+  print_stage_table(results, stdout);
   bool all_ok = true;
   for (const Result& r : results) {
     if (!r.ok) {
@@ -388,6 +416,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
+  app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
+      ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   CLI11_PARSE(app, argc, argv);
   try {
     return dsa::bench::run(o);
