@@ -70,7 +70,7 @@ struct DeviceInfo {
 // The kernel configuration for one problem shape on one device.
 struct SparseMlaPlan {
   int num_tokens = 0, num_heads = 0, topk = 0;  // the shape it was made for
-  int block_keys = 0;    // KV rows per pipeline tile (32 or 64)
+  int block_keys = 0;    // KV rows per pipeline tile (16, 32 or 64)
   int splits = 0;        // index chunks per token; > 1 adds a combine kernel
   int chunk = 0;         // index positions per split (<= kMaxChunk)
   int ctas = 0;          // blocks of the main kernel

@@ -38,6 +38,9 @@ struct SparseMlaParams {
 // --stage) that stop early and produce no meaningful output.
 enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFull = 3 };
 
+// The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
+inline constexpr int kPlannerBlockKeys = 16;
+
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);
 void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits, cudaStream_t stream);

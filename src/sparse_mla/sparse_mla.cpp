@@ -150,16 +150,19 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.topk = topk;
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
   const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
-  // The 32-key tile runs two CTAs per SM (8 warps); the 64-key tile fits one and is kept for
-  // experiments (dsa-bench --block-keys 64).
-  plan.block_keys = 32;
+  // Two CTAs per SM (8 warps); 16-key tiles keep 3 tiles in flight per CTA. 32 and 64 are kept
+  // for experiments (dsa-bench --block-keys).
+  plan.block_keys = detail::kPlannerBlockKeys;
   const int64_t slots = 2 * static_cast<int64_t>(dev.sm_count);
   // Small problems split each token's index list so that one wave fills the chip (floor: a
   // second, nearly empty wave costs more than a few idle slots); large ones keep one split
   // per token and need no combine.
   int64_t splits = min_splits;
+  // At least kMinSplitKeys positions per split: more, smaller splits cost more in the combine
+  // than they gain in parallel loads.
+  constexpr int kMinSplitKeys = 32;
   if (base_ctas > 0 && base_ctas * splits < slots)
-    splits = std::max(min_splits, std::min(ceil_div(topk, plan.block_keys), slots / base_ctas));
+    splits = std::max(min_splits, std::min(ceil_div(topk, kMinSplitKeys), slots / base_ctas));
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = static_cast<int>(std::min<int64_t>(
       SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), plan.block_keys) * plan.block_keys));
@@ -200,7 +203,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   validate(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
-  if ((plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||
+  if ((plan.block_keys != 16 && plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||
       plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
       static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
     fail("plan", "inconsistent (block_keys, splits, chunk)");

@@ -18,6 +18,7 @@
 //   v1 2026-11-22  BK 32/64, 2 stages, 4 warps. First measured version.
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include <cuda_runtime.h>
 
@@ -338,91 +339,145 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
 
 #pragma nv_diag_default 128
 
-// One block per (token, head, quarter of the 512 dims): lse = log2 sum_s 2^lse_s,
-// out = sum_s 2^(lse_s - lse) out_s. Lane l owns 4 dims; the 8 warps take splits w, w+8, ...,
-// 4 loads in flight each, and add up through shared memory. (A serial loop over splits costs
-// one L2 round trip per split; a block per (token, head) left most SMs idle at small T.)
+// ---- combine: lse = log2 sum_s 2^lse_s, out = sum_s 2^(lse_s - lse) out_s --------------------
+// A split with no valid row has lse_s = -inf and never wrote its out_s: its weight is 0 and its
+// (garbage) values are dropped by a select, never multiplied, so NaN bits cannot leak in.
+// Partial values are loaded together with the lse values (no dependent round trip).
+
+// Few splits (<= 8): one warp per (token, head), every split's loads in flight at once.
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
+constexpr int kFewSplits = 8;
+
+__global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel(const SparseMlaParams p) {
+  ptx::wait_prerequisites();
+  const int lane = threadIdx.x % 32;
+  const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
+  if (th >= (int64_t)p.num_tokens * p.num_heads) return;
+  const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
+  const float* lse_s = p.partial_lse + th * p.splits;
+  const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
+  float ls[kFewSplits];
+  float4 v[kFewSplits][4];
+#pragma unroll
+  for (int u = 0; u < kFewSplits; ++u) {
+    ls[u] = u < p.splits ? lse_s[u] : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      v[u][i] = u < p.splits ? *reinterpret_cast<const float4*>(po + u * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  float mx = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < kFewSplits; ++u) mx = fmaxf(mx, ls[u]);
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + lane * 4;
+  if (mx == -INFINITY) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(0u, 0u);
+    if (lane == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
+    return;
+  }
+  float sum = 0.f;
+  float4 acc[4] = {};
+#pragma unroll
+  for (int u = 0; u < kFewSplits; ++u) {
+    const bool live = ls[u] != -INFINITY;
+    const float w = live ? exp2f(ls[u] - mx) : 0.f;
+    sum += w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc[i].x += live ? w * v[u][i].x : 0.f; acc[i].y += live ? w * v[u][i].y : 0.f;
+      acc[i].z += live ? w * v[u][i].z : 0.f; acc[i].w += live ? w * v[u][i].w : 0.f;
+    }
+  }
+  const float inv = 1.f / sum;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(ptx::pack_bf16x2(acc[i].x * inv, acc[i].y * inv),
+                                                          ptx::pack_bf16x2(acc[i].z * inv, acc[i].w * inv));
+  if (lane == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+}
+
+// Many splits: one block per (token, head, 128 dims). Warp w merges splits w, w+8, ... online
+// (4 in flight), then warp 0 merges the 8 warps through shared memory.
 constexpr int kCombineQuarters = kCkvDim / 128;
 constexpr int kCombineUnroll = 4;
 
-__global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_kernel(const SparseMlaParams p) {
-  extern __shared__ float s_weight[];  // [splits]
-  __shared__ float s_red[kCombineWarps];
+__global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
+  __shared__ float s_m[kCombineWarps], s_l[kCombineWarps];
   __shared__ float4 s_acc[kCombineWarps][32];
   ptx::wait_prerequisites();
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t th = blockIdx.x / kCombineQuarters;
   const int quarter = blockIdx.x % kCombineQuarters;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
   const float* lse_s = p.partial_lse + th * p.splits;
-
-  float mx = -INFINITY;
-  for (int s = tid; s < p.splits; s += kCombineThreads) mx = fmaxf(mx, lse_s[s]);
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-  if (lane == 0) s_red[warp] = mx;
-  __syncthreads();
-  mx = s_red[0];
-#pragma unroll
-  for (int w = 1; w < kCombineWarps; ++w) mx = fmaxf(mx, s_red[w]);
-  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + quarter * 128 + lane * 4;
-  if (mx == -INFINITY) {  // no valid index in any split
-    if (warp == 0) *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
-    if (tid == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
-    return;
-  }
-  float sum = 0.f;
-  for (int s = tid; s < p.splits; s += kCombineThreads) {
-    const float w = exp2f(lse_s[s] - mx);  // 0 for an empty split
-    s_weight[s] = w;
-    sum += w;
-  }
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, d);
-  __syncthreads();  // everyone has read s_red (the max) before it is reused
-  if (lane == 0) s_red[warp] = sum;
-  __syncthreads();
-  sum = 0.f;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) sum += s_red[w];
-
   const float* po = p.partial_out + th * p.splits * kCkvDim + quarter * 128 + lane * 4;
+  float m = -INFINITY, l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kCombineUnroll) {
+    float ls[kCombineUnroll];
     float4 v[kCombineUnroll];
-    float w[kCombineUnroll];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int s = s0 + kCombineWarps * u;
-      w[u] = s < p.splits ? s_weight[s] : 0.f;
-      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
+      ls[u] = s < p.splits ? lse_s[s] : -INFINITY;
+      v[u] = s < p.splits ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kCombineUnroll; ++u) m_new = fmaxf(m_new, ls[u]);
+    if (m_new == -INFINITY) continue;  // nothing valid yet (warp-uniform)
+    const float scale = exp2f(m - m_new);  // m = -inf -> 0
+    l *= scale;
+    acc.x *= scale; acc.y *= scale; acc.z *= scale; acc.w *= scale;
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
-      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
+      const bool live = ls[u] != -INFINITY;
+      const float w = live ? exp2f(ls[u] - m_new) : 0.f;
+      l += w;
+      acc.x += live ? w * v[u].x : 0.f; acc.y += live ? w * v[u].y : 0.f;
+      acc.z += live ? w * v[u].z : 0.f; acc.w += live ? w * v[u].w : 0.f;
     }
+    m = m_new;
+  }
+  if (lane == 0) {
+    s_m[warp] = m;
+    s_l[warp] = l;
   }
   s_acc[warp][lane] = acc;
   __syncthreads();
-  if (warp == 0) {
-    const float inv_sum = 1.f / sum;
+  if (warp != 0) return;
+  float mx = -INFINITY;
 #pragma unroll
-    for (int w = 1; w < kCombineWarps; ++w) {
-      const float4 o = s_acc[w][lane];
-      acc.x += o.x; acc.y += o.y; acc.z += o.z; acc.w += o.w;
-    }
-    *reinterpret_cast<uint2*>(out) = make_uint2(ptx::pack_bf16x2(acc.x * inv_sum, acc.y * inv_sum),
-                                                ptx::pack_bf16x2(acc.z * inv_sum, acc.w * inv_sum));
-    if (lane == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+  for (int w = 0; w < kCombineWarps; ++w) mx = fmaxf(mx, s_m[w]);
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + quarter * 128 + lane * 4;
+  if (mx == -INFINITY) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
+    if (lane == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
+    return;
   }
+  float sum = 0.f;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) {
+    const float scale = exp2f(s_m[w] - mx);  // a warp that saw nothing has m = -inf, l = 0, acc = 0
+    sum += s_l[w] * scale;
+    const float4 a = s_acc[w][lane];
+    o.x += a.x * scale; o.y += a.y * scale; o.z += a.z * scale; o.w += a.w * scale;
+  }
+  const float inv = 1.f / sum;
+  *reinterpret_cast<uint2*>(out) = make_uint2(ptx::pack_bf16x2(o.x * inv, o.y * inv), ptx::pack_bf16x2(o.z * inv, o.w * inv));
+  if (lane == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
 }
 
-constexpr int kStages = 2;
+// Pipeline depth per tile size, chosen so two CTAs fit an SM's 228 KB where they can:
+// 16-key tiles x 4 stages (3 tiles in flight) ~ 102 KB, 32 x 2 ~ 102 KB, 64 x 2 ~ 176 KB.
+template <int BK>
+constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
 template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+  constexpr int kStages = kStagesFor<BK>;
   auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage>;
   const int smem = TileShape<BK, kStages>::smem_bytes(p.chunk);
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
@@ -442,35 +497,44 @@ void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
 }  // namespace
 
 int splitk_smem_bytes(int block_keys, int chunk) {
-  return block_keys == 32 ? TileShape<32, kStages>::smem_bytes(chunk)
-                          : TileShape<64, kStages>::smem_bytes(chunk);
+  switch (block_keys) {
+    case 16: return TileShape<16, kStagesFor<16>>::smem_bytes(chunk);
+    case 32: return TileShape<32, kStagesFor<32>>::smem_bytes(chunk);
+    default: return TileShape<64, kStagesFor<64>>::smem_bytes(chunk);
+  }
 }
 
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage) {
   if (p.num_tokens == 0) return;
-  if (stage != kStageFull && p.block_keys != 32) throw Error("stage variants exist for block_keys 32 only");
+  if (stage != kStageFull && p.block_keys != kPlannerBlockKeys)
+    throw Error("stage variants exist for block_keys " + std::to_string(kPlannerBlockKeys) + " only");
   switch (stage) {
-    case kStageLoad: launch_splitk<32, kStageLoad>(p, stream); break;
-    case kStageScores: launch_splitk<32, kStageScores>(p, stream); break;
-    case kStageSoftmax: launch_splitk<32, kStageSoftmax>(p, stream); break;
+    case kStageLoad: launch_splitk<kPlannerBlockKeys, kStageLoad>(p, stream); break;
+    case kStageScores: launch_splitk<kPlannerBlockKeys, kStageScores>(p, stream); break;
+    case kStageSoftmax: launch_splitk<kPlannerBlockKeys, kStageSoftmax>(p, stream); break;
     default:
-      if (p.block_keys == 32)
-        launch_splitk<32>(p, stream);
-      else
-        launch_splitk<64>(p, stream);
+      switch (p.block_keys) {
+        case 16: launch_splitk<16>(p, stream); break;
+        case 32: launch_splitk<32>(p, stream); break;
+        default: launch_splitk<64>(p, stream); break;
+      }
   }
   if (p.splits == 1) return;
+  const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
+  const bool few = p.splits <= kFewSplits;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>((int64_t)p.num_tokens * p.num_heads * kCombineQuarters));
+  cfg.gridDim = dim3(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * kCombineQuarters));
   cfg.blockDim = dim3(kCombineThreads);
-  cfg.dynamicSmemBytes = p.splits * sizeof(float);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_kernel, p));
+  if (few)
+    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_few_kernel, p));
+  else
+    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel, p));
 }
 
 }  // namespace dsa::detail

@@ -15,7 +15,7 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
       for (int topk : {1, 31, 63, 64, 2048, 2049, 5000, 300000}) {
         SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H << " topk " << topk);
         const SparseMlaPlan p = plan_sparse_mla(T, H, topk, kH100);
-        EXPECT_TRUE(p.block_keys == 32 || p.block_keys == 64);
+        EXPECT_TRUE(p.block_keys == 16 || p.block_keys == 32 || p.block_keys == 64);
         EXPECT_GE(p.splits, 1);
         EXPECT_GE(p.chunk, 1);
         EXPECT_LE(p.chunk, SparseMlaPlan::kMaxChunk);
@@ -31,7 +31,6 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
 
 TEST(Planner, SmallBatchesSplitEachTokenOverTheChip) {
   const SparseMlaPlan p = plan_sparse_mla(1, 16, 2048, kH100);
-  EXPECT_EQ(p.block_keys, 32);
   EXPECT_GE(p.ctas, 64);  // one token must not run on a handful of SMs
   EXPECT_GT(p.splits, 1);
 }

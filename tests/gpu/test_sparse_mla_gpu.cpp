@@ -249,7 +249,7 @@ TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
   spec.pattern = IndexPattern::padding_middle;
   hp.fill(spec, 99);
   const SparseMlaPlan base = plan_sparse_mla(4, 32, 2048, DeviceInfo::from_device(0));
-  for (int bk : {32, 64})
+  for (int bk : {16, 32, 64})
     for (int splits : {1, 2, 3, 7, 32, 64}) {
       SparseMlaPlan plan = base;
       plan.block_keys = bk;

@@ -414,7 +414,7 @@ int main(int argc, char** argv) {
   app.add_option("--pattern", o.pattern, "custom case: index pattern");
   app.add_option("--valid", o.valid, "custom case (runs): valid entries per token");
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
-  app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({32, 64}));
+  app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
