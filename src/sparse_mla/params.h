@@ -39,7 +39,7 @@ struct SparseMlaParams {
 enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFull = 3 };
 
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
-inline constexpr int kPlannerBlockKeys = 16;
+inline constexpr int kPlannerBlockKeys = 32;
 
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);

@@ -150,8 +150,9 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.topk = topk;
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
   const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
-  // Two CTAs per SM (8 warps); 16-key tiles keep 3 tiles in flight per CTA. 32 and 64 are kept
-  // for experiments (dsa-bench --block-keys).
+  // Two CTAs per SM (8 warps). Measured on the H100 (docs/perf.md, ac6f7a2): 32-key tiles x 2
+  // stages beat 16 x 4 (prefill 2155 vs 2397 us, T=64 72 vs 74 us, equal at T <= 8); 16 and 64
+  // stay for experiments (dsa-bench --block-keys).
   plan.block_keys = detail::kPlannerBlockKeys;
   const int64_t slots = 2 * static_cast<int64_t>(dev.sm_count);
   // Small problems split each token's index list so that one wave fills the chip (floor: a

@@ -15,6 +15,9 @@ void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t*
 // Reads `bytes` (multiple of 16) from `src` once with 16-byte loads.
 void launch_stream_read(const void* src, size_t bytes, int sm_count, unsigned* sink, cudaStream_t stream);
 
+// Launch floor: a kernel that does nothing but exist, with `smem_bytes` of dynamic shared memory.
+void launch_empty(int blocks, int smem_bytes, cudaStream_t stream);
+
 // Fills n bf16 values with N(0,1) * scale from a counter hash of (seed, i): deterministic.
 void launch_fill_normal_bf16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream);
 

@@ -340,6 +340,13 @@ int run(const Options& o) {
               o.no_flush ? "NOT flushed" : "flushed", o.reps);
 
   KernelTimer timer(nullptr, !o.no_flush);
+  // Fixed costs no kernel of this shape can avoid: an empty launch, and one that asks for the
+  // shared memory of the split-K kernel (after the L2-flushing memset the SM must re-carve L1).
+  const double empty_us = timer.time(which, [] { launch_empty(64, 0, nullptr); }, 1, o.reps, o.warmup).median_us;
+  const double empty_smem_us =
+      timer.time(which, [] { launch_empty(64, 100 * 1024, nullptr); }, 1, o.reps, o.warmup).median_us;
+  std::printf("launch floor: empty kernel %.1f us, with 100 KB shared memory %.1f us (64 blocks)\n", empty_us,
+              empty_smem_us);
   std::map<std::pair<int, int>, std::unique_ptr<Cache>> caches;
   std::vector<Result> results;
   double stream_gbs = 0;
@@ -381,7 +388,8 @@ int run(const Options& o) {
   if (!o.json_path.empty()) {
     nlohmann::json j{{"device", prop.name}, {"sm_count", prop.multiProcessorCount}, {"driver", driver},
                      {"runtime", runtime}, {"commit", DSA_GIT_COMMIT}, {"timer", to_string(which)},
-                     {"l2_flushed", !o.no_flush}, {"stream_read_gbs", stream_gbs}, {"cases", nlohmann::json::array()}};
+                     {"l2_flushed", !o.no_flush}, {"stream_read_gbs", stream_gbs}, {"empty_kernel_us", empty_us},
+                     {"empty_kernel_100kb_smem_us", empty_smem_us}, {"cases", nlohmann::json::array()}};
     for (const Result& r : results) j["cases"].push_back(to_json(r));
     std::ofstream f(o.json_path);
     if (!f) throw Error("--json: cannot write " + o.json_path);
