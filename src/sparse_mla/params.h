@@ -32,7 +32,14 @@ struct SparseMlaParams {
   int block_keys, splits, chunk;
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
+  // Diagnostics (dsa-bench --timeline): when set, thread 0 of CTA b writes kTimelinePoints
+  // values at timeline[b * kTimelinePoints]: %globaltimer at entry (ns), then SM clock cycles
+  // since entry after Q issue, compaction, Q in registers, first tile landed, the loop, the
+  // stores, and %globaltimer again at exit (the two timers give the SM clock).
+  long long* timeline;
 };
+
+inline constexpr int kTimelinePoints = 8;
 
 // Stages of the split-K kernel; the ones before kStageFull are dissection variants (dsa-bench
 // --stage) that stop early and produce no meaningful output.
@@ -49,7 +56,7 @@ void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int to
                                   cudaStream_t stream);
 // sparse_mla_forward with a dissection stage (dsa-bench --stage); kStageFull is the real call.
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream, int stage);
+                              size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline = nullptr);
 // Dynamic shared memory of the split-K kernel for a tile size and chunk (the planner's limit).
 int splitk_smem_bytes(int block_keys, int chunk);
 

@@ -200,7 +200,7 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
 namespace detail {
 
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream, int stage) {
+                              size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline) {
   validate(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
@@ -220,6 +220,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.partial_out = static_cast<float*>(workspace);
     k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.splits * kCkvDim;
   }
+  k.timeline = timeline;
   launch_sparse_mla_splitk(k, stream, stage);
 }
 

@@ -91,6 +91,17 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   int* s_rows = reinterpret_cast<int*>(s_scratch + Shape::kScratchBytes);
   __shared__ int s_offsets[kIdxPerThread * kWarps + 1];
 
+  const long long clock_entry = clock64();
+  long long* timeline = p.timeline != nullptr && threadIdx.x == 0 ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
+  auto mark = [&](int point) {
+    if (timeline != nullptr) timeline[point] = clock64() - clock_entry;
+  };
+  auto global_ns = [] {
+    long long ns;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+    return ns;
+  };
+  if (timeline != nullptr) timeline[0] = global_ns();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head_groups = p.num_heads / kHeadGroup;
   const int hg = blockIdx.x % head_groups;
@@ -114,6 +125,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     }
     ptx::cp_async_commit();
   }
+  mark(1);
 
   // 2. Compact the valid indices of this split, keeping position order (deterministic).
   const int pos0 = split * p.chunk;
@@ -154,6 +166,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
   const int nvalid = s_offsets[kIdxPerThread * kWarps];
   __syncthreads();  // s_rows complete
+  mark(2);
 
   // 3. Prologue: first STAGES-1 tiles in flight.
   const int ntiles = (nvalid + BK - 1) / BK;
@@ -175,6 +188,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       ptx::ldmatrix_x4(q_frag[kk], base + (lane % 16) * kRowBytes + dim * 2);
     }
   }
+  mark(3);
 
   float o_acc[kDimsPerWarpV / 8][4];
 #pragma unroll
@@ -198,6 +212,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       ptx::cp_async_commit();
     }
     const uint32_t tile = ptx::smem_addr(s_tiles + (it % STAGES) * Shape::kTileBytes);
+    if (it == 0) mark(4);
     if constexpr (kStage == kStageLoad) continue;
 
     // 4. Partial scores over this warp's 144 dims, all BK keys.
@@ -299,6 +314,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     }
   }
   ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
+  mark(5);
 
   // 6. Epilogue.
   float inv_l[2], lse[2];
@@ -335,6 +351,8 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
         *reinterpret_cast<float2*>(out + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
     }
   }
+  mark(6);
+  if (timeline != nullptr) timeline[7] = global_ns();
 }
 
 #pragma nv_diag_default 128

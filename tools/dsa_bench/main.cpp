@@ -45,6 +45,7 @@ struct Options {
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0;
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
+  bool timeline = false;
 };
 
 const char* const kStageNames[] = {"load", "scores", "softmax", "full"};
@@ -58,6 +59,7 @@ struct Result {
   Timing kernel, gather;
   int gather_splits = 0;
   std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
+  std::string timeline;  // --timeline: per-phase medians over CTAs
 };
 
 // A KV cache on the device for one (num_pages, page_size), filled once; host copy on demand.
@@ -99,6 +101,47 @@ struct DeviceFree {
   void operator()(void* p) const { cudaFree(p); }
 };
 using DevicePtr = std::unique_ptr<void, DeviceFree>;
+
+// One call with the in-kernel timeline on (L2 flushed first), summarised per phase over CTAs.
+std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, void* ws, KernelTimer& timer) {
+  const size_t n = size_t(plan.ctas) * detail::kTimelinePoints;
+  std::vector<long long> h(n, -1);
+  long long* d = device_copy(h);
+  DevicePtr keep(d);
+  timer.time(Timer::events, [&] { detail::sparse_mla_forward_stage(p, plan, ws, plan.workspace_bytes, nullptr, detail::kStageFull, d); }, 1, 1, 0);
+  h = host_copy(d, n);
+  long long first = -1, last = 0;
+  std::vector<double> ghz;
+  std::vector<std::vector<double>> phase(7);
+  for (int b = 0; b < plan.ctas; ++b) {
+    const long long* r = &h[size_t(b) * detail::kTimelinePoints];
+    if (r[0] < 0) continue;
+    first = first < 0 ? r[0] : std::min(first, r[0]);
+    last = std::max(last, r[7]);
+    if (r[7] > r[0]) ghz.push_back(double(r[6]) / double(r[7] - r[0]));
+    for (int k = 1; k <= 6; ++k)
+      if (r[k] >= 0) phase[k].push_back(double(r[k]));
+  }
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double clk = median(ghz);  // cycles per ns
+  char buf[512];
+  std::vector<double> entries;
+  for (int b = 0; b < plan.ctas; ++b)
+    if (h[size_t(b) * detail::kTimelinePoints] >= 0) entries.push_back(double(h[size_t(b) * detail::kTimelinePoints] - first));
+  std::snprintf(buf, sizeof buf,
+                "SM %.2f GHz; CTA entry spread median %.2f max %.2f us; per-CTA median us since entry: Q issued %.2f, "
+                "compacted %.2f, Q in regs %.2f, tile 0 landed %.2f, loop done %.2f, stored %.2f; first entry to last "
+                "exit %.2f us",
+                clk, median(entries) * 1e-3, entries.empty() ? 0.0 : *std::max_element(entries.begin(), entries.end()) * 1e-3,
+                median(phase[1]) / clk * 1e-3, median(phase[2]) / clk * 1e-3, median(phase[3]) / clk * 1e-3,
+                median(phase[4]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, median(phase[6]) / clk * 1e-3,
+                (last - first) * 1e-3);
+  return buf;
+}
 
 Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer which, const Options& o, int sm_count) {
   Result res;
@@ -171,6 +214,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const int kernels = res.plan.splits > 1 ? 2 : 1;
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
+  if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
   if (o.stage != "full") {  // stage dissection: variants that stop early, same timer
     for (int st = 0; st < 4; ++st) {
       if (o.stage != "all" && o.stage != kStageNames[st]) continue;
@@ -377,6 +421,8 @@ int run(const Options& o) {
   std::printf("\n");
   print_table(results, stdout);
   print_stage_table(results, stdout);
+  for (const Result& r : results)
+    if (!r.timeline.empty()) std::printf("timeline %s: %s\n", r.c.name.c_str(), r.timeline.c_str());
   bool all_ok = true;
   for (const Result& r : results) {
     if (!r.ok) {
@@ -426,6 +472,7 @@ int main(int argc, char** argv) {
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
+  app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
   CLI11_PARSE(app, argc, argv);
   try {
     return dsa::bench::run(o);
