@@ -40,6 +40,10 @@ constexpr int kDimsPerWarpQk = kQkDim / kWarps;          // 144 = 9 k-steps of 1
 constexpr int kKStepsPerWarp = kDimsPerWarpQk / 16;      // 9
 constexpr int kDimsPerWarpV = kCkvDim / kWarps;          // 128
 constexpr int kMaxChunk = SparseMlaPlan::kMaxChunk;
+// Row strides of the output tile staged in shared memory by the epilogue (+8 elements: rows
+// of the 8 quads land in different banks).
+constexpr int kStagedStrideF32 = kCkvDim + 8;
+constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
 
@@ -51,6 +55,7 @@ struct TileShape {
   static constexpr int kQBytes = kHeadGroup * kRowBytes;
   static constexpr int kExchangeBytes = kWarps * kHeadGroup * BK * 4;
   static constexpr int kScratchBytes = kQBytes > kExchangeBytes ? kQBytes : kExchangeBytes;
+  static_assert(STAGES * kTileBytes >= kHeadGroup * kStagedStrideF32 * 4, "epilogue staging fits the tiles");
   static constexpr int smem_bytes(int chunk) {
     return STAGES * kTileBytes + kScratchBytes + ((chunk * 4 + 15) / 16) * 16;
   }
@@ -112,7 +117,19 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   // griddepcontrol.wait for this grid's memory, so its launch latency hides behind our work.
   if (p.splits > 1) ptx::launch_dependents();
 
-  // 1. Q -> shared (group 0 of cp.async).
+  // 1. Raw indices into registers first: they head the critical path (indices -> rows), so
+  //    their DRAM latency should overlap everything else in the prologue.
+  const int pos0 = split * p.chunk;
+  const int npos = min(p.chunk, p.topk - pos0);
+  const int32_t* idx = p.indices + t * p.indices_token_stride + pos0;
+  int my_row[kIdxPerThread];
+#pragma unroll
+  for (int j = 0; j < kIdxPerThread; ++j) {
+    const int q = j * kThreads + threadIdx.x;
+    my_row[j] = (j * kThreads < npos && q < npos) ? __ldg(idx + q) : -1;
+  }
+
+  // 2. Q -> shared (group 0 of cp.async).
   {
     const uint32_t base = ptx::smem_addr(s_scratch);
     for (int c = threadIdx.x; c < kHeadGroup * kChunksPerRow; c += kThreads) {
@@ -127,19 +144,11 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
   mark(1);
 
-  // 2. Compact the valid indices of this split, keeping position order (deterministic).
-  const int pos0 = split * p.chunk;
-  const int npos = min(p.chunk, p.topk - pos0);
-  const int32_t* idx = p.indices + t * p.indices_token_stride + pos0;
-  int my_row[kIdxPerThread];
+  // 3. Compact the valid indices of this split, keeping position order (deterministic).
   unsigned my_ballot[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) {
-    const int q = j * kThreads + threadIdx.x;
-    int r = -1;
-    if (j * kThreads < npos && q < npos) r = __ldg(idx + q);
-    const bool valid = static_cast<unsigned>(r) < static_cast<unsigned>(p.num_rows);
-    my_row[j] = r;
+    const bool valid = static_cast<unsigned>(my_row[j]) < static_cast<unsigned>(p.num_rows);
     my_ballot[j] = __ballot_sync(0xffffffffu, valid);
     if (lane == 0) s_offsets[j * kWarps + warp] = __popc(my_ballot[j]);
   }
@@ -168,7 +177,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   __syncthreads();  // s_rows complete
   mark(2);
 
-  // 3. Prologue: first STAGES-1 tiles in flight.
+  // 4. Prologue: first STAGES-1 tiles in flight.
   const int ntiles = (nvalid + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -316,7 +325,9 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
   mark(5);
 
-  // 6. Epilogue.
+  // 6. Epilogue: normalise, stage the 16 x 512 tile in shared memory (the pipeline buffers are
+  //    free now), then write whole rows with 16-byte stores. Direct fragment stores (8 bytes,
+  //    half a sector per quad) took 0.8 us per CTA at T=1 (dsa-bench --timeline).
   float inv_l[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -327,28 +338,52 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     lse[r] = any ? m_run[r] + log2f(l_run[r]) : -INFINITY;
   }
   const int g = lane / 4;
-  if (p.splits == 1) {
+  const bool split_out = p.splits > 1;
+  __syncthreads();  // every warp is done reading the tiles
+  if (split_out) {
+    float* so = reinterpret_cast<float*>(s_tiles);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
+        *reinterpret_cast<float2*>(so + (g + 8 * r) * kStagedStrideF32 + warp * kDimsPerWarpV + j * 8 + quad_col) =
+            make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+  } else {
+    uint32_t* so = reinterpret_cast<uint32_t*>(s_tiles);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
+        so[((g + 8 * r) * kStagedStrideBf16 + warp * kDimsPerWarpV + j * 8 + quad_col) / 2] =
+            ptx::pack_bf16x2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+  }
+  if (warp == 0 && lane % 4 == 0) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = h0 + g + 8 * r;
-      uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + warp * kDimsPerWarpV + quad_col;
-#pragma unroll
-      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-        *reinterpret_cast<uint32_t*>(out + j * 8) =
-            ptx::pack_bf16x2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
-      if (warp == 0 && lane % 4 == 0) p.lse[t * p.lse_token_stride + h] = lse[r];
+      if (split_out)
+        p.partial_lse[((int64_t)t * p.num_heads + h) * p.splits + split] = lse[r];
+      else
+        p.lse[t * p.lse_token_stride + h] = lse[r];
+    }
+  }
+  __syncthreads();
+  if (split_out) {
+    if (nvalid > 0) {  // the combine never reads O of an empty split
+      const float* so = reinterpret_cast<const float*>(s_tiles);
+      for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 4; i += kThreads) {
+        const int h = i / (kCkvDim / 4), c = i % (kCkvDim / 4);
+        const int64_t slot = ((int64_t)t * p.num_heads + h0 + h) * p.splits + split;
+        *reinterpret_cast<float4*>(p.partial_out + slot * kCkvDim + c * 4) =
+            *reinterpret_cast<const float4*>(so + h * kStagedStrideF32 + c * 4);
+      }
     }
   } else {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int h = h0 + g + 8 * r;
-      const int64_t slot = ((int64_t)t * p.num_heads + h) * p.splits + split;
-      if (warp == 0 && lane % 4 == 0) p.partial_lse[slot] = lse[r];
-      if (nvalid == 0) continue;  // the combine never reads O of an empty split
-      float* out = p.partial_out + slot * kCkvDim + warp * kDimsPerWarpV + quad_col;
-#pragma unroll
-      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-        *reinterpret_cast<float2*>(out + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+    const uint16_t* so = reinterpret_cast<const uint16_t*>(s_tiles);
+    for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 8; i += kThreads) {
+      const int h = i / (kCkvDim / 8), c = i % (kCkvDim / 8);
+      *reinterpret_cast<uint4*>(p.out + t * p.out_token_stride + (h0 + h) * p.out_head_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(so + h * kStagedStrideBf16 + c * 8);
     }
   }
   mark(6);
