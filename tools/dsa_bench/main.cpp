@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_kernels.h"
+#include "flashinfer_bench.h"
+#include "index_analysis.h"
 #include "common/cuda_check.h"
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
@@ -46,7 +49,48 @@ struct Options {
   int block_keys = 0, splits = 0;
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
+  std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
+  std::string export_dir;     // write the selected cases as FlashInfer-Bench workloads and exit
+  std::string plot_path;      // gnuplot PNG of latency and floor ratio against T
 };
+
+// The cases a command line selects: one custom case, a workload file, or a built-in suite.
+std::vector<BenchCase> select_cases(const Options& o) {
+  if (o.T > 0) {
+    BenchCase c;
+    c.name = "custom";
+    c.num_heads = o.heads;
+    c.indices.num_tokens = o.T;
+    c.indices.topk = o.topk;
+    c.indices.page_size = o.page_size;
+    c.indices.num_pages = o.num_pages;
+    c.indices.pattern = workload::parse_pattern(o.pattern);
+    c.indices.valid_counts = o.valid;
+    c.indices.prefix_len = o.prefix_len;
+    return {c};
+  }
+  if (!o.workload_path.empty()) {
+    std::vector<BenchCase> cases;
+    for (fib::Workload& w : fib::read_workloads(o.workload_path)) {
+      BenchCase c;
+      c.name = w.uuid;
+      c.num_heads = w.num_heads;
+      c.sm_scale = w.sm_scale;
+      c.indices.num_tokens = w.num_tokens;
+      c.indices.topk = w.topk;
+      c.indices.page_size = w.page_size;
+      c.indices.num_pages = w.num_pages;
+      c.explicit_indices = std::move(w.indices);
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  }
+  return builtin_suite(o.suite);
+}
+
+std::vector<int32_t> case_indices(const BenchCase& c, uint64_t seed) {
+  return c.explicit_indices.empty() ? workload::make_indices(c.indices, seed) : c.explicit_indices;
+}
 
 const char* const kStageNames[] = {"load", "scores", "softmax", "full"};
 
@@ -147,7 +191,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   Result res;
   res.c = c;
   const int T = c.indices.num_tokens, H = c.num_heads, topk = c.indices.topk;
-  const auto indices = workload::make_indices(c.indices, o.seed);
+  const auto indices = case_indices(c, o.seed);
   for (int32_t r : indices) res.entries += (r >= 0 && r < cache.rows());
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
   const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
@@ -353,25 +397,12 @@ int run_without_gpu(const Options& o) {
   return 0;
 }
 
+void plot(const std::vector<Result>& results, const std::string& png);
+
 int run(const Options& o) {
+  const std::vector<BenchCase> cases = select_cases(o);  // bad inputs fail here, GPU or not
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return run_without_gpu(o);
-  std::vector<BenchCase> cases;
-  if (o.T > 0) {
-    BenchCase c;
-    c.name = "custom";
-    c.num_heads = o.heads;
-    c.indices.num_tokens = o.T;
-    c.indices.topk = o.topk;
-    c.indices.page_size = o.page_size;
-    c.indices.num_pages = o.num_pages;
-    c.indices.pattern = workload::parse_pattern(o.pattern);
-    c.indices.valid_counts = o.valid;
-    c.indices.prefix_len = o.prefix_len;
-    cases.push_back(c);
-  } else {
-    cases = builtin_suite(o.suite);
-  }
   const Timer which = parse_timer(o.timer);
   cudaDeviceProp prop{};
   DSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -442,7 +473,101 @@ int run(const Options& o) {
     f << j.dump(2) << '\n';
   }
   if (!o.csv_path.empty()) write_csv(results, o.csv_path);
+  if (!o.plot_path.empty()) plot(results, o.plot_path);
   return all_ok ? 0 : 1;
+}
+
+// --export DIR: the selected cases as a FlashInfer-Bench workload set (JSONL + safetensors).
+int run_export(const Options& o) {
+  std::vector<fib::Workload> out;
+  for (const BenchCase& c : select_cases(o)) {
+    fib::Workload w;
+    w.num_heads = c.num_heads;
+    w.topk = c.indices.topk;
+    w.page_size = c.indices.page_size;
+    w.num_tokens = c.indices.num_tokens;
+    w.num_pages = c.indices.num_pages;
+    w.sm_scale = c.sm_scale;
+    w.uuid = (o.T > 0 || !o.workload_path.empty() ? std::string("custom") : o.suite) + "-" + c.name;
+    w.indices = case_indices(c, o.seed);
+    out.push_back(std::move(w));
+  }
+  const std::string name = o.T > 0 ? "custom" : o.suite;
+  fib::write_workloads(out, o.export_dir, name);
+  std::printf("wrote %zu workloads to %s/%s.jsonl\n", out.size(), o.export_dir.c_str(), name.c_str());
+  return 0;
+}
+
+// inspect: what the indices of each case look like, and how the planner would split the work.
+int run_inspect(const Options& o, int tokens_shown) {
+  DeviceInfo dev{132, 232448, 9, 0};  // an H100 unless a device says otherwise
+  std::string dev_name = "H100 (described)";
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+    dev = DeviceInfo::from_device(0);
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) dev_name = prop.name;
+  }
+  for (const BenchCase& c : select_cases(o)) {
+    const auto& s = c.indices;
+    const int64_t rows = int64_t(s.num_pages) * s.page_size;
+    const auto idx = case_indices(c, o.seed);
+    std::vector<analysis::TokenStats> per;
+    const analysis::Summary sum = analysis::summarize(idx, s.num_tokens, s.topk, rows, s.page_size, &per);
+    std::printf("== %s: T=%d H=%d topk=%d page_size=%d pages=%d (%lld rows)\n", c.name.c_str(), s.num_tokens,
+                c.num_heads, s.topk, s.page_size, s.num_pages, static_cast<long long>(rows));
+    std::printf("%6s %6s %6s %6s %8s %6s %6s %6s %7s %6s %5s\n", "token", "valid", "pad", "oor", "1st pad", "packed",
+                "sorted", "runs", "longest", "pages", "dups");
+    for (int t = 0; t < std::min(tokens_shown, s.num_tokens); ++t) {
+      const auto& ts = per[t];
+      std::printf("%6d %6d %6d %6d %8d %6s %6s %6d %7d %6d %5d\n", t, ts.valid, ts.padding, ts.out_of_range,
+                  ts.first_padding, ts.left_packed ? "yes" : "no", ts.sorted ? "yes" : "no", ts.runs, ts.longest_run,
+                  ts.pages_touched, ts.duplicates);
+    }
+    if (s.num_tokens > tokens_shown) std::printf("   ... %d more tokens (--tokens N)\n", s.num_tokens - tokens_shown);
+    std::printf("summary: valid %lld (per token min %d median %d max %d), padding %lld, out-of-range %lld, "
+                "duplicates %lld, empty tokens %d\n",
+                static_cast<long long>(sum.valid), sum.min_valid, sum.median_valid, sum.max_valid,
+                static_cast<long long>(sum.padding), static_cast<long long>(sum.out_of_range),
+                static_cast<long long>(sum.duplicates), sum.tokens_empty);
+    std::printf("         left-packed tokens %d/%d, sorted %d/%d, mean runs %.1f (longest %.1f), mean pages %.1f, "
+                "pages touched %lld\n",
+                sum.tokens_left_packed, s.num_tokens, sum.tokens_sorted, s.num_tokens, sum.mean_runs,
+                sum.mean_longest_run, sum.mean_pages, static_cast<long long>(sum.pages_touched));
+    std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
+                static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
+    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
+    std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
+                "workspace %zu bytes%s\n",
+                dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
+                plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+  }
+  return 0;
+}
+
+// --plot: latency, gather floor and their ratio against T, through gnuplot when installed.
+void plot(const std::vector<Result>& results, const std::string& png) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("--plot: gnuplot not found (apt-get install gnuplot-nox); no plot written\n");
+    return;
+  }
+  const std::string data = png + ".dat", script = png + ".gp";
+  {
+    std::ofstream d(data);
+    d << "# T kernel_us gather_us ratio case\n";
+    for (const Result& r : results)
+      d << r.c.indices.num_tokens << ' ' << r.kernel.median_us << ' ' << r.gather.median_us << ' '
+        << r.kernel.median_us / r.gather.median_us << ' ' << r.c.name << '\n';
+    std::ofstream g(script);
+    g << "set terminal pngcairo size 900,560\nset output '" << png << "'\n"
+      << "set logscale xy\nset xlabel 'tokens T'\nset ylabel 'us (median, " << to_string(results[0].kernel.timer)
+      << ")'\nset y2label 'kernel / gather'\nset y2tics\nset ytics nomirror\nset key top left\n"
+      << "plot '" << data << "' using 1:2 with linespoints title 'dsa kernel', '" << data
+      << "' using 1:3 with linespoints title 'gather floor', '" << data
+      << "' using 1:4 axes x1y2 with points pt 7 title 'ratio'\n";
+  }
+  const int rc = std::system(("gnuplot '" + script + "'").c_str());
+  std::printf(rc == 0 ? "plot written to %s\n" : "--plot: gnuplot failed (%s)\n", png.c_str());
 }
 
 }  // namespace
@@ -473,8 +598,25 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
+  app.add_option("--workload", o.workload_path, "FlashInfer-Bench workload file (JSONL) instead of a suite")
+      ->check(CLI::ExistingFile);
+  app.add_option("--export", o.export_dir, "write the selected cases as FlashInfer-Bench workloads into DIR, then exit");
+  app.add_option("--plot", o.plot_path, "draw latency and floor ratio against T into a PNG (needs gnuplot)");
+  int inspect_tokens = 8;
+  std::string inspect_source;
+  CLI::App* inspect = app.add_subcommand("inspect", "analyse index data: a workload file or a built-in suite");
+  inspect->add_option("source", inspect_source, "FILE.jsonl or suite name")->required();
+  inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*inspect) {
+      if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
+        o.workload_path = inspect_source;
+      else
+        o.suite = inspect_source;
+      return dsa::bench::run_inspect(o, inspect_tokens);
+    }
+    if (!o.export_dir.empty()) return dsa::bench::run_export(o);
     return dsa::bench::run(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dsa-bench: %s\n", e.what());

@@ -1,6 +1,7 @@
 // Built-in benchmark cases of dsa-bench, generated deterministically from a seed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@ struct BenchCase {
   float sm_scale = 0.1352337788608801f;  // what the captured DeepSeek-V3.2 workloads use
   workload::IndexSpec indices;           // T, topk, page_size, num_pages, pattern
   std::string target;                    // the speed target it is held to, if any (free text)
+  std::vector<int32_t> explicit_indices; // from a workload file; empty = generate from `indices`
 };
 
 // Names: targets (default: the sparse MLA core issue's table), smoke, decode-small, decode-large,

@@ -1,0 +1,96 @@
+#include "index_analysis.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "dsa/error.h"
+
+namespace dsa::analysis {
+
+TokenStats analyze_token(const int32_t* idx, int topk, int64_t num_rows, int page_size) {
+  TokenStats s;
+  std::unordered_set<int32_t> seen, pages;
+  int64_t prev = -2;  // previous valid row
+  for (int k = 0; k < topk; ++k) {
+    const int32_t r = idx[k];
+    if (r == -1) {
+      ++s.padding;
+      if (s.first_padding < 0) s.first_padding = k;
+      continue;
+    }
+    if (r < -1 || r >= num_rows) {
+      ++s.out_of_range;
+      continue;
+    }
+    ++s.valid;
+    if (s.first_padding >= 0) s.left_packed = false;
+    if (prev >= 0 && r < prev) s.sorted = false;
+    if (!seen.insert(r).second) ++s.duplicates;
+    pages.insert(static_cast<int32_t>(r / page_size));
+    prev = r;
+  }
+  // Runs of consecutive rows, in list order.
+  int run = 0;
+  prev = -2;
+  for (int k = 0; k < topk; ++k) {
+    const int32_t r = idx[k];
+    if (r < 0 || r >= num_rows) continue;
+    if (prev >= 0 && r == prev + 1) {
+      ++run;
+    } else {
+      ++s.runs;
+      run = 1;
+    }
+    s.longest_run = std::max(s.longest_run, run);
+    prev = r;
+  }
+  s.pages_touched = static_cast<int>(pages.size());
+  return s;
+}
+
+Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,
+                  std::vector<TokenStats>* per_token) {
+  if (num_tokens < 0 || topk < 1 || page_size < 1 || indices.size() != size_t(num_tokens) * topk)
+    throw Error("analysis: indices do not match [num_tokens, topk]");
+  Summary s;
+  s.num_tokens = num_tokens;
+  s.topk = topk;
+  std::unordered_set<int32_t> rows;
+  std::unordered_set<int64_t> pages;
+  std::vector<int> valid_counts;
+  for (int t = 0; t < num_tokens; ++t) {
+    const int32_t* idx = indices.data() + size_t(t) * topk;
+    const TokenStats ts = analyze_token(idx, topk, num_rows, page_size);
+    if (per_token) per_token->push_back(ts);
+    s.valid += ts.valid;
+    s.padding += ts.padding;
+    s.out_of_range += ts.out_of_range;
+    s.duplicates += ts.duplicates;
+    s.tokens_left_packed += ts.left_packed;
+    s.tokens_sorted += ts.sorted;
+    s.tokens_empty += ts.valid == 0;
+    s.mean_runs += ts.runs;
+    s.mean_longest_run += ts.longest_run;
+    s.mean_pages += ts.pages_touched;
+    valid_counts.push_back(ts.valid);
+    for (int k = 0; k < topk; ++k)
+      if (idx[k] >= 0 && idx[k] < num_rows) {
+        rows.insert(idx[k]);
+        pages.insert(idx[k] / page_size);
+      }
+  }
+  s.unique_rows = static_cast<int64_t>(rows.size());
+  s.pages_touched = static_cast<int64_t>(pages.size());
+  if (num_tokens > 0) {
+    s.mean_runs /= num_tokens;
+    s.mean_longest_run /= num_tokens;
+    s.mean_pages /= num_tokens;
+    std::sort(valid_counts.begin(), valid_counts.end());
+    s.min_valid = valid_counts.front();
+    s.max_valid = valid_counts.back();
+    s.median_valid = valid_counts[valid_counts.size() / 2];
+  }
+  return s;
+}
+
+}  // namespace dsa::analysis

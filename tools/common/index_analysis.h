@@ -1,0 +1,40 @@
+// What a sparse_indices tensor looks like (the analysis of shared/seeds/002): per token and in
+// summary, valid counts, where the padding sits, sortedness, runs, pages, duplicates,
+// out-of-range entries, and rows shared across tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsa::analysis {
+
+struct TokenStats {
+  int valid = 0;          // entries in [0, num_rows)
+  int padding = 0;        // -1 entries
+  int out_of_range = 0;   // anything else
+  int first_padding = -1; // position of the first -1 (-1: none)
+  bool left_packed = true;  // no valid entry after the first -1
+  bool sorted = true;       // valid entries ascending (ties allowed)
+  int runs = 0;             // maximal runs of consecutive rows (r, r+1, ...) among valid entries, in order
+  int longest_run = 0;
+  int pages_touched = 0;    // distinct pages among valid entries
+  int duplicates = 0;       // valid entries whose row appeared earlier in the same token
+};
+
+struct Summary {
+  int num_tokens = 0, topk = 0;
+  int64_t valid = 0, padding = 0, out_of_range = 0, duplicates = 0;
+  int64_t unique_rows = 0;       // distinct valid rows over all tokens
+  int min_valid = 0, median_valid = 0, max_valid = 0;
+  int tokens_left_packed = 0, tokens_sorted = 0, tokens_empty = 0;
+  double mean_runs = 0, mean_longest_run = 0, mean_pages = 0;
+  int64_t pages_touched = 0;     // distinct pages over all tokens
+  // Share of valid entries that another token also reads: 1 - unique_rows / valid.
+  double shared_fraction() const { return valid > 0 ? 1.0 - double(unique_rows) / double(valid) : 0.0; }
+};
+
+TokenStats analyze_token(const int32_t* indices, int topk, int64_t num_rows, int page_size);
+Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,
+                  std::vector<TokenStats>* per_token = nullptr);
+
+}  // namespace dsa::analysis
