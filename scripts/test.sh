@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The README's test command: configure, build, run every test (GPU ones skip without a device),
-# then check that the installed CMake package works for a consumer project.
+# The README's test command: install what is missing, configure, build, run every test (GPU ones
+# skip without a device), then check that the installed CMake package works for a consumer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/deps.sh
 BUILD=${BUILD:-build}
-export PATH=/usr/local/cuda/bin:$PATH
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build "$BUILD" -j "$(nproc)"
 ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
 cmake --install "$BUILD" --prefix "$BUILD/install" >/dev/null
 cmake -S tests/install -B "$BUILD/install-check" -G Ninja -DCMAKE_PREFIX_PATH="$PWD/$BUILD/install" >/dev/null
 cmake --build "$BUILD/install-check" >/dev/null
-echo "install check: find_package(dsa) consumer built"
+"$BUILD/install-check/consumer"
+echo "install check: find_package(dsa) consumer built and ran"
