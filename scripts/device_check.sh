@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One device call: GPU tests, compute-sanitizer, then dsa-bench on a suite. Logs go to $OUT.
-# Usage (on the GPU machine, from the repo root, with build/ carried): scripts/device_check.sh [suite] [extra bench args]
+# One device call that checks a commit on the H100: GPU tests, compute-sanitizer (memcheck,
+# racecheck, synccheck), dsa-bench on a suite with stage dissection, and the Triton peer when
+# its script was carried in .peers/. Logs go to $OUT.
+# Usage (GPU machine, repo root, build/ carried): scripts/device_check.sh [suite] [extra dsa-bench args]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -8,16 +10,17 @@ SUITE=${1:-targets}
 shift || true
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
 echo "== gpu tests"
-./build/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
-echo "== compute-sanitizer memcheck (small cases)"
-SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*'
-compute-sanitizer --tool memcheck --error-exitcode 9 ./build/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$SMALL" > "$OUT/memcheck.log" 2>&1
-echo "memcheck rc=$?"; tail -4 "$OUT/memcheck.log"
-echo "== compute-sanitizer racecheck"
-compute-sanitizer --tool racecheck --error-exitcode 9 ./build/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter='*Sweep*H16_topk2049_random*:*Sweep*H64_topk64_runs*:Gpu.EveryTileSizeAndSplitCountAgrees' > "$OUT/racecheck.log" 2>&1
-echo "racecheck rc=$?"; tail -4 "$OUT/racecheck.log"
-echo "== synccheck"
-compute-sanitizer --tool synccheck --error-exitcode 9 ./build/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter='*Sweep*H16_topk2049_random*:Gpu.GraphCaptureAndReplay' > "$OUT/synccheck.log" 2>&1
-echo "synccheck rc=$?"; tail -2 "$OUT/synccheck.log"
-echo "== dsa-bench --suite $SUITE $*"
-./build/tools/dsa-bench --suite "$SUITE" --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log"
+./build/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
+SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*'
+for tool in memcheck racecheck synccheck; do
+  filter=$SMALL
+  [ $tool != memcheck ] && filter='*Sweep*H16_topk2049_random*:*Sweep*H64_topk64_runs*:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay'
+  compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
+  echo "== $tool rc=$? $(grep -E 'tests ran|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tr '\n' ' ')"
+done
+echo "== dsa-bench --suite $SUITE --stage all $*"
+./build/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
+if [ -f .peers/dsa_peers.py ]; then
+  echo "== Triton split-K peer (shared/peers/dsa_peers.py), same machine, same run"
+  (cd .peers && PYTHONUNBUFFERED=1 timeout 300 python3 dsa_peers.py "$OUT/peers.json" 2>&1 | grep -v Warn | tee "$OUT/peers.log" | cut -c1-60,160-260)
+fi

@@ -1,21 +1,31 @@
 // Sparse MLA forward, split-K gather-attention + combine (bf16 KV cache, mma.sync m16n8k16).
 //
 // One CTA = one token x one group of 16 heads x one chunk of index positions ("split").
-//   1. Q (16 heads x 576) goes to shared memory by cp.async, then into registers as mma A
-//      fragments: warp w keeps dims [144w, 144w+144) for the whole CTA.
-//   2. The chunk's indices are compacted in shared memory (ballot + popc, in position order):
-//      -1, out-of-range values and padding anywhere cost nothing after this.
+//   1. The chunk's raw indices are loaded first (they head the critical path: indices -> rows),
+//      then Q (16 heads x 576) is staged in shared memory by cp.async.
+//   2. The indices are compacted in shared memory (ballot + popc, in position order): -1,
+//      out-of-range values and padding anywhere cost nothing after this.
 //   3. Tiles of block_keys valid rows (ckv|kpe = 1152 B each) are gathered by 16-byte cp.async
-//      into padded shared rows, STAGES deep.
+//      into padded shared rows, STAGES deep; Q moves into registers as mma A fragments, warp w
+//      keeping dims [144w, 144w+144) for the whole CTA.
 //   4. Scores: warp w computes the partial S = Q[:, its dims] K[:, its dims]^T for all keys of
 //      the tile; the 4 partials are summed through shared memory, so every warp holds the full S
 //      and runs the same online softmax (base 2).
 //   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
-//   6. splits == 1: normalise and store bf16 out + lse. Otherwise store normalised fp32
-//      partials and the split's lse; the combine kernel (PDL-launched) merges them.
+//   6. The normalised 16 x 512 tile is staged in shared memory and written as whole rows:
+//      bf16 out + lse when splits == 1, else fp32 partials + the split's lse, which a combine
+//      kernel (programmatic dependent launch) merges.
 //
-// History (H100, dsa-bench; docs/perf.md has the tables):
-//   v1 2026-11-22  BK 32/64, 2 stages, 4 warps. First measured version.
+// History (H100, dsa-bench, CUPTI kernel span, L2 flushed; docs/perf.md has the full tables).
+// Cases: T=1 with 2048 random rows | T=64 random | T=1024 random | T=4096 prefill (8192-row prefix).
+//   v1 0d1b435  25.9 us | 108.5 | 1253.8 | 4858   BK 32/64 picked by T, 2 stages, serial combine
+//   v2 0db44e2  13.1    |  73.6 |  835.8 | 2166   block-wide combine, warp-per-row tile loads,
+//                                                 one-wave planner, 32-key tiles at every T
+//   v3 03f2696  11.6    |  78.8 |  835.2 | 2172   combine over (token, head, 128 dims), PDL at start
+//   v4 ac6f7a2  10.1    |  74.1 |  843.4 | 2395   16-key tiles x 4 stages: no gain (L2-bound), reverted
+//   v5 ea692a8  10.1    |  72.3 |  835.5 | 2147   indices loaded first, epilogue via shared memory
+// Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
+// 12.9 | 78.5 | 826.3 | 1834.
 #include <cmath>
 #include <cstdint>
 #include <string>
