@@ -42,4 +42,20 @@ struct HostProblem {
   }
 };
 
+// A filled problem in one line: sizes, an index pattern and a seed.
+inline HostProblem make_problem(int T, int H, int topk, int page_size, int num_pages, workload::IndexPattern pattern,
+                                uint64_t seed, int prefix_len = 8192) {
+  HostProblem hp;
+  hp.T = T;
+  hp.H = H;
+  hp.topk = topk;
+  hp.page_size = page_size;
+  hp.num_pages = num_pages;
+  workload::IndexSpec spec;
+  spec.pattern = pattern;
+  spec.prefix_len = prefix_len;
+  hp.fill(spec, seed);
+  return hp;
+}
+
 }  // namespace dsa::testing

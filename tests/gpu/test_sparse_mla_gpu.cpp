@@ -19,6 +19,7 @@ namespace dsa {
 namespace {
 
 using testing::HostProblem;
+using testing::make_problem;
 using workload::IndexPattern;
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
@@ -131,6 +132,14 @@ void reference(const HostProblem& hp, std::vector<double>& out, std::vector<doub
   for (size_t i = 0; i < l.size(); ++i) lse[i] = l[i];
 }
 
+// The device result of `d`, judged against a reference.
+Agreement judge(const DeviceProblem& d, const std::vector<double>& ref_out, const std::vector<double>& ref_lse) {
+  std::vector<uint16_t> o;
+  std::vector<float> l;
+  d.fetch(o, l);
+  return compare_to_reference(o.data(), l.data(), ref_out.data(), ref_lse.data(), d.hp.T, d.hp.H);
+}
+
 // Runs the planned kernel (or `plan_override`) on a poisoned output and judges it.
 Agreement run_and_compare(const HostProblem& hp, const SparseMlaPlan* plan_override = nullptr, int out_pad = 0,
                           int lse_pad = 0) {
@@ -141,12 +150,9 @@ Agreement run_and_compare(const HostProblem& hp, const SparseMlaPlan* plan_overr
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
   sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<uint16_t> o;
-  std::vector<float> l;
-  d.fetch(o, l);
   std::vector<double> ro, rl;
   reference(hp, ro, rl);
-  return compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+  return judge(d, ro, rl);
 }
 
 uint64_t seed_of(int a, int b, int c, int d) { return (uint64_t(a) * 1000003 + b) * 1000033 + uint64_t(c) * 97 + d; }
@@ -167,16 +173,8 @@ class Sweep : public ::testing::TestWithParam<SweepCase> {
 
 TEST_P(Sweep, MatchesReference) {
   const SweepCase c = GetParam();
-  HostProblem hp;
-  hp.T = 3;
-  hp.H = c.H;
-  hp.topk = c.topk;
-  hp.page_size = c.page_size;
-  hp.num_pages = c.page_size == 1 ? 6000 : 100;
-  workload::IndexSpec spec;
-  spec.pattern = c.pattern;
-  spec.prefix_len = 3000;
-  hp.fill(spec, seed_of(c.H, c.topk, int(c.pattern), c.page_size));
+  const HostProblem hp = make_problem(3, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
+                                      seed_of(c.H, c.topk, int(c.pattern), c.page_size), /*prefix_len=*/3000);
   const Agreement a = run_and_compare(hp);
   EXPECT_TRUE(a.ok()) << a.summary();
 }
@@ -214,16 +212,7 @@ class TokenCounts : public ::testing::TestWithParam<std::tuple<int, IndexPattern
 
 TEST_P(TokenCounts, MatchesReference) {
   const auto [T, pattern] = GetParam();
-  HostProblem hp;
-  hp.T = T;
-  hp.H = 16;
-  hp.topk = 2048;
-  hp.page_size = 64;
-  hp.num_pages = 256;
-  workload::IndexSpec spec;
-  spec.pattern = pattern;
-  spec.prefix_len = 8192;
-  hp.fill(spec, seed_of(T, int(pattern), 7, 7));
+  const HostProblem hp = make_problem(T, 16, 2048, 64, 256, pattern, seed_of(T, int(pattern), 7, 7));
   const Agreement a = run_and_compare(hp);
   EXPECT_TRUE(a.ok()) << a.summary();
 }
@@ -239,15 +228,7 @@ INSTANTIATE_TEST_SUITE_P(T, TokenCounts,
 
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
 TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
-  HostProblem hp;
-  hp.T = 4;
-  hp.H = 32;
-  hp.topk = 2048;
-  hp.page_size = 64;
-  hp.num_pages = 128;
-  workload::IndexSpec spec;
-  spec.pattern = IndexPattern::padding_middle;
-  hp.fill(spec, 99);
+  const HostProblem hp = make_problem(4, 32, 2048, 64, 128, IndexPattern::padding_middle, 99);
   const SparseMlaPlan base = plan_sparse_mla(4, 32, 2048, DeviceInfo::from_device(0));
   for (int bk : {16, 32, 64})
     for (int splits : {1, 2, 3, 7, 32, 64}) {
@@ -263,15 +244,7 @@ TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
 
 // ---- strided q/out/lse and a combined ckv|kpe cache ----------------------------------------
 TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
-  HostProblem hp;
-  hp.T = 5;
-  hp.H = 16;
-  hp.topk = 300;
-  hp.page_size = 16;
-  hp.num_pages = 64;
-  workload::IndexSpec spec;
-  spec.pattern = IndexPattern::random;
-  hp.fill(spec, 1234);
+  const HostProblem hp = make_problem(5, 16, 300, 16, 64, IndexPattern::random, 1234);
   std::vector<double> ro, rl;
   reference(hp, ro, rl);
 
@@ -310,25 +283,14 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
     sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
     CUDA_OK(cudaDeviceSynchronize());
-    std::vector<uint16_t> o;
-    std::vector<float> l;
-    d.fetch(o, l);
-    const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+    const Agreement a = judge(d, ro, rl);
     EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
   }
 }
 
 // ---- the same call captured in a CUDA graph and replayed on new inputs ---------------------
 TEST_F(Gpu, GraphCaptureAndReplay) {
-  HostProblem hp;
-  hp.T = 2;
-  hp.H = 64;
-  hp.topk = 2048;
-  hp.page_size = 64;
-  hp.num_pages = 64;
-  workload::IndexSpec spec;
-  spec.pattern = IndexPattern::runs;
-  hp.fill(spec, 555);
+  const HostProblem hp = make_problem(2, 64, 2048, 64, 64, IndexPattern::runs, 555);
   DeviceProblem d(hp);
   const SparseMlaProblem p = d.view();
   const SparseMlaPlan plan = plan_sparse_mla(p);
@@ -356,12 +318,9 @@ TEST_F(Gpu, GraphCaptureAndReplay) {
     d.poison();
     CUDA_OK(cudaGraphLaunch(exec, stream));
     CUDA_OK(cudaStreamSynchronize(stream));
-    std::vector<uint16_t> o;
-    std::vector<float> l;
-    d.fetch(o, l);
     std::vector<double> ro, rl;
     reference(next, ro, rl);
-    const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+    const Agreement a = judge(d, ro, rl);
     EXPECT_TRUE(a.ok()) << "replay " << round << ": " << a.summary();
   }
   cudaGraphExecDestroy(exec);
@@ -371,15 +330,7 @@ TEST_F(Gpu, GraphCaptureAndReplay) {
 
 // ---- run-to-run determinism (a moving result is a race) -------------------------------------
 TEST_F(Gpu, BitwiseDeterministic) {
-  HostProblem hp;
-  hp.T = 8;
-  hp.H = 16;
-  hp.topk = 2048;
-  hp.page_size = 64;
-  hp.num_pages = 128;
-  workload::IndexSpec spec;
-  spec.pattern = IndexPattern::padding_middle;
-  hp.fill(spec, 77);
+  const HostProblem hp = make_problem(8, 16, 2048, 64, 128, IndexPattern::padding_middle, 77);
   DeviceProblem d(hp);
   const SparseMlaProblem p = d.view();
   const SparseMlaPlan plan = plan_sparse_mla(p);
@@ -397,29 +348,18 @@ TEST_F(Gpu, BitwiseDeterministic) {
 
 // ---- the GPU reference itself against the CPU reference -------------------------------------
 TEST_F(Gpu, GpuReferenceKernelMatchesCpuReference) {
-  HostProblem hp;
-  hp.T = 3;
-  hp.H = 32;
-  hp.topk = 700;
-  hp.page_size = 64;
-  hp.num_pages = 40;
-  workload::IndexSpec spec;
-  spec.pattern = IndexPattern::out_of_range;
-  hp.fill(spec, 31);
+  HostProblem hp = make_problem(3, 32, 700, 64, 40, IndexPattern::out_of_range, 31);
   hp.indices[5] = -1;
   std::fill(hp.indices.begin() + 700, hp.indices.begin() + 1400, -1);  // token 1: no valid row
   DeviceProblem d(hp);
   d.poison();
   sparse_mla_reference_gpu(d.view(), nullptr);
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint16_t> o;
-  std::vector<float> l;
-  d.fetch(o, l);
   std::vector<double> ro, rl;
   bool cpu = false;
   reference(hp, ro, rl, &cpu);
   ASSERT_TRUE(cpu);
-  const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+  const Agreement a = judge(d, ro, rl);
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
@@ -440,12 +380,7 @@ TEST_F(Gpu, CountInvalidIndicesMatchesHost) {
 }
 
 TEST_F(Gpu, ForwardRejectsAPlanForAnotherShapeAndASmallWorkspace) {
-  HostProblem hp;
-  hp.T = 1;
-  hp.topk = 2048;
-  hp.page_size = 64;
-  hp.num_pages = 64;
-  hp.fill({}, 3);
+  const HostProblem hp = make_problem(1, 16, 2048, 64, 64, IndexPattern::random, 3);
   DeviceProblem d(hp);
   const SparseMlaProblem p = d.view();
   SparseMlaPlan plan = plan_sparse_mla(p);
