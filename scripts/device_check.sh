@@ -20,6 +20,11 @@ for tool in memcheck racecheck synccheck; do
 done
 echo "== dsa-bench --suite $SUITE --stage all $*"
 ./build/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
+echo "== PyTorch op: pip install ./python, pytest tests/python"
+(export PATH=/usr/local/cuda/bin:$PATH MAX_JOBS=16; python3 -m pip install -q --no-build-isolation ./python > "$OUT/pip.log" 2>&1 &&
+  python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -2 && python3 tests/python/bench_host_overhead.py) ||
+  echo "python op FAILED (see $OUT/pip.log)"
+./build/tools/dsa-bench -T 1 --topk 64 --num-pages 64 --host-overhead --reps 5 2>/dev/null | grep "host us"
 if [ -f .peers/dsa_peers.py ]; then
   echo "== Triton split-K peer (shared/peers/dsa_peers.py), same machine, same run"
   (cd .peers && PYTHONUNBUFFERED=1 timeout 300 python3 dsa_peers.py "$OUT/peers.json" 2>&1 | grep -v Warn | tee "$OUT/peers.log" | cut -c1-60,160-260)

@@ -13,3 +13,11 @@ cmake -S tests/install -B "$BUILD/install-check" -G Ninja -DCMAKE_PREFIX_PATH="$
 cmake --build "$BUILD/install-check" >/dev/null
 "$BUILD/install-check/consumer"
 echo "install check: find_package(dsa) consumer built and ran"
+# The PyTorch op's tests need PyTorch, pytest and a GPU; where PyTorch is missing they are
+# skipped, visibly. (They run on the GPU machine: scripts/device_check.sh.)
+if python3 -c "import torch, pytest" 2>/dev/null; then
+  python3 -m pip install -q --no-build-isolation ./python
+  python3 -m pytest -q tests/python
+else
+  echo "SKIPPED tests/python: PyTorch or pytest is not installed on this machine"
+fi

@@ -1,6 +1,7 @@
 // dsa-bench: verifies the sparse MLA kernel on every case, then times it beside the memory
 // floor (a pure gather of the same rows) measured in the same run.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +50,7 @@ struct Options {
   int block_keys = 0, splits = 0;
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
+  bool host_overhead = false;  // host time of plan + forward, enqueue only
   std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
   std::string export_dir;     // write the selected cases as FlashInfer-Bench workloads and exit
   std::string plot_path;      // gnuplot PNG of latency and floor ratio against T
@@ -259,6 +261,19 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
   if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
+  if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
+    constexpr int kCalls = 16;
+    double best = 1e30;
+    for (int round = 0; round < 50; ++round) {
+      DSA_CUDA_CHECK(cudaDeviceSynchronize());
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCalls; ++i) sparse_mla_forward(p, plan_sparse_mla(p), ws, res.plan.workspace_bytes, stream);
+      const auto t1 = std::chrono::steady_clock::now();
+      best = std::min(best, std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
+    }
+    DSA_CUDA_CHECK(cudaDeviceSynchronize());
+    std::printf("host us per call (plan + forward, best of 50 bursts of %d): %.2f  [%s]\n", kCalls, best, c.name.c_str());
+  }
   if (o.stage != "full") {  // stage dissection: variants that stop early, same timer
     for (int st = 0; st < 4; ++st) {
       if (o.stage != "all" && o.stage != kStageNames[st]) continue;
@@ -598,6 +613,7 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
+  app.add_flag("--host-overhead", o.host_overhead, "print the host time of one plan + forward call");
   app.add_option("--workload", o.workload_path, "FlashInfer-Bench workload file (JSONL) instead of a suite")
       ->check(CLI::ExistingFile);
   app.add_option("--export", o.export_dir, "write the selected cases as FlashInfer-Bench workloads into DIR, then exit");

@@ -1,0 +1,173 @@
+// PyTorch binding of the sparse MLA forward: schema-registered ops (torch.compile and CUDA graphs
+// see them as opaque kernels), a Meta implementation for tracing, the workspace from PyTorch's
+// caching allocator, and the current stream. All logic stays in the C++ library.
+#include <Python.h>
+
+#include <string>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "dsa/sparse_mla.h"
+
+namespace {
+
+// Numbers and shapes are formatted with std::to_string, never streamed through c10::str: on the
+// H100 machine (torch 2.11, g++ 13) an integer streamed into a TORCH_CHECK message from this
+// extension segfaulted inside a copy of std::ostream::_M_insert<long> linked into _C.so
+// (cuda-gdb backtrace, 2026-11-22); strings, dtypes and devices stream fine.
+std::string num(int64_t v) { return std::to_string(v); }
+
+std::string shape(at::IntArrayRef dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+void check_input(const at::Tensor& t, const char* name, at::ScalarType dtype, int64_t dim, const at::Device& device) {
+  TORCH_CHECK(t.is_cuda(), "dsa.sparse_mla_forward: ", name, " must be a CUDA tensor, got ", t.device());
+  TORCH_CHECK(t.device() == device, "dsa.sparse_mla_forward: ", name, " is on ", t.device(), ", q_nope on ", device);
+  TORCH_CHECK(t.scalar_type() == dtype, "dsa.sparse_mla_forward: ", name, " must be ", dtype, ", got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == dim, "dsa.sparse_mla_forward: ", name, " must have ", num(dim), " dimensions, got ",
+              shape(t.sizes()));
+  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, "dsa.sparse_mla_forward: ", name,
+              " must be contiguous in its last dimension, got strides ", shape(t.strides()));
+}
+
+// Fills a dsa::SparseMlaProblem from tensors, checking what the C++ API cannot see (dtypes,
+// devices, shapes, the paged layout of the caches).
+dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
+                                   const at::Tensor& kpe, const at::Tensor& idx, double sm_scale,
+                                   const at::Tensor& out, const at::Tensor& lse) {
+  const at::Device dev = q_nope.device();
+  check_input(q_nope, "q_nope", at::kBFloat16, 3, dev);
+  check_input(q_pe, "q_pe", at::kBFloat16, 3, dev);
+  check_input(ckv, "ckv_cache", at::kBFloat16, 3, dev);
+  check_input(kpe, "kpe_cache", at::kBFloat16, 3, dev);
+  check_input(idx, "sparse_indices", at::kInt, 2, dev);
+  check_input(out, "out", at::kBFloat16, 3, dev);
+  check_input(lse, "lse", at::kFloat, 2, dev);
+  const int64_t T = q_nope.size(0), H = q_nope.size(1);
+  TORCH_CHECK(q_nope.size(2) == dsa::kCkvDim, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
+  TORCH_CHECK(q_pe.size(0) == T && q_pe.size(1) == H && q_pe.size(2) == dsa::kKpeDim,
+              "dsa.sparse_mla_forward: q_pe must be [T, H, 64] = [", num(T), ", ", num(H), ", 64], got ",
+              shape(q_pe.sizes()));
+  TORCH_CHECK(ckv.size(2) == dsa::kCkvDim, "dsa.sparse_mla_forward: ckv_cache must be [num_pages, page_size, 512], got ",
+              shape(ckv.sizes()));
+  TORCH_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1) && kpe.size(2) == dsa::kKpeDim,
+              "dsa.sparse_mla_forward: kpe_cache must be [num_pages, page_size, 64] matching ckv_cache, got ",
+              shape(kpe.sizes()));
+  // Flat row r = page * page_size + offset must address row r: pages laid out back to back.
+  TORCH_CHECK(ckv.size(1) <= 1 || ckv.size(0) <= 1 || ckv.stride(0) == ckv.size(1) * ckv.stride(1),
+              "dsa.sparse_mla_forward: ckv_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
+  TORCH_CHECK(kpe.size(1) <= 1 || kpe.size(0) <= 1 || kpe.stride(0) == kpe.size(1) * kpe.stride(1),
+              "dsa.sparse_mla_forward: kpe_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
+  TORCH_CHECK(idx.size(0) == T, "dsa.sparse_mla_forward: sparse_indices must be [T, topk] with T = ", num(T), ", got ",
+              shape(idx.sizes()));
+  TORCH_CHECK(out.size(0) == T && out.size(1) == H && out.size(2) == dsa::kCkvDim,
+              "dsa.sparse_mla_forward: out must be [T, H, 512], got ", shape(out.sizes()));
+  TORCH_CHECK(lse.size(0) == T && lse.size(1) == H, "dsa.sparse_mla_forward: lse must be [T, H], got ", shape(lse.sizes()));
+  dsa::SparseMlaProblem p;
+  p.num_tokens = static_cast<int>(T);
+  p.num_heads = static_cast<int>(H);
+  p.topk = static_cast<int>(idx.size(1));
+  p.num_pages = static_cast<int>(ckv.size(0));
+  p.page_size = static_cast<int>(ckv.size(1));
+  p.sm_scale = static_cast<float>(sm_scale);
+  auto stride = [](const at::Tensor& t, int d) { return t.size(d) <= 1 ? int64_t(0) : t.stride(d); };
+  p.q_nope = q_nope.data_ptr();
+  p.q_nope_token_stride = stride(q_nope, 0);
+  p.q_nope_head_stride = stride(q_nope, 1);
+  p.q_pe = q_pe.data_ptr();
+  p.q_pe_token_stride = stride(q_pe, 0);
+  p.q_pe_head_stride = stride(q_pe, 1);
+  p.ckv_cache = ckv.data_ptr();
+  p.ckv_row_stride = stride(ckv, 1) ? stride(ckv, 1) : stride(ckv, 0);
+  p.kpe_cache = kpe.data_ptr();
+  p.kpe_row_stride = stride(kpe, 1) ? stride(kpe, 1) : stride(kpe, 0);
+  p.indices = idx.data_ptr<int32_t>();
+  p.indices_token_stride = stride(idx, 0);
+  p.out = out.data_ptr();
+  p.out_token_stride = stride(out, 0);
+  p.out_head_stride = stride(out, 1);
+  p.lse = lse.data_ptr<float>();
+  p.lse_token_stride = stride(lse, 0);
+  TORCH_CHECK(lse.size(1) <= 1 || lse.stride(1) == 1, "dsa.sparse_mla_forward: lse must be contiguous over heads");
+  return p;
+}
+
+void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const at::Tensor& kpe,
+                 const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse) {
+  const dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse);  // checks first
+  const c10::cuda::CUDAGuard guard(q_nope.device());
+  try {
+    const dsa::SparseMlaPlan plan = dsa::plan_sparse_mla(p);
+    // Caching allocator: no cudaMalloc per call, and graph-capture safe. One split needs none.
+    at::Tensor ws;
+    if (plan.workspace_bytes > 0)
+      ws = at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q_nope.options().dtype(at::kByte));
+    dsa::sparse_mla_forward(p, plan, ws.defined() ? ws.data_ptr() : nullptr, plan.workspace_bytes,
+                            at::cuda::getCurrentCUDAStream());
+  } catch (const dsa::Error& e) {
+    TORCH_CHECK(false, "dsa.sparse_mla_forward: ", e.what());
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
+                                           const at::Tensor& kpe, const at::Tensor& idx, double sm_scale) {
+  TORCH_CHECK(q_nope.dim() == 3, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
+  at::Tensor out = at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16));
+  at::Tensor lse = at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat));
+  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse);
+  return {out, lse};
+}
+
+// Shapes only, for tracing (torch.compile, fake tensors).
+std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& q_nope, const at::Tensor&, const at::Tensor&,
+                                                const at::Tensor&, const at::Tensor&, double) {
+  return {at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16)),
+          at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat))};
+}
+
+void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                      double, at::Tensor&, at::Tensor&) {}
+
+}  // namespace
+
+TORCH_LIBRARY(dsa, m) {
+  m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, Tensor sparse_indices, "
+        "float sm_scale) -> (Tensor, Tensor)");
+  m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, "
+        "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(dsa, CUDA, m) {
+  m.impl("sparse_mla_forward", &forward);
+  m.impl("sparse_mla_forward_out", &forward_out);
+}
+
+// Inference ops without a backward: fall through the autograd key instead of the boxed
+// "autograd not implemented" fallback, which boxes every argument on every call.
+TORCH_LIBRARY_IMPL(dsa, Autograd, m) {
+  m.impl("sparse_mla_forward", torch::CppFunction::makeFallthrough());
+  m.impl("sparse_mla_forward_out", torch::CppFunction::makeFallthrough());
+}
+
+// CPU tensors reach the same checks and get a clear "must be a CUDA tensor" error.
+TORCH_LIBRARY_IMPL(dsa, CPU, m) {
+  m.impl("sparse_mla_forward", &forward);
+  m.impl("sparse_mla_forward_out", &forward_out);
+}
+
+TORCH_LIBRARY_IMPL(dsa, Meta, m) {
+  m.impl("sparse_mla_forward", &forward_meta);
+  m.impl("sparse_mla_forward_out", &forward_out_meta);
+}
+
+// The extension is imported as dsa._C only for its side effect: registering the ops above.
+PyMODINIT_FUNC PyInit__C(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C", "dsa sparse MLA ops (torch.ops.dsa.*)", -1, nullptr};
+  return PyModule_Create(&module);
+}

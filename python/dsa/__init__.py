@@ -1,0 +1,37 @@
+"""dsa: sparse MLA attention (DeepSeek Sparse Attention) for Hopper, as PyTorch ops.
+
+torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale)
+    -> (out, lse)                      functional; what torch.compile and CUDA graphs see
+torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse) -> ()   writes caller buffers
+
+Shapes: q_nope [T, H, 512] bf16, q_pe [T, H, 64] bf16, ckv_cache [pages, page_size, 512] bf16,
+kpe_cache [pages, page_size, 64] bf16, sparse_indices [T, topk] int32 (flat rows
+page * page_size + offset, -1 = padding); out [T, H, 512] bf16, lse [T, H] fp32 (base 2).
+"""
+import torch
+
+from . import _C  # noqa: F401  (registers torch.ops.dsa.*)
+
+__all__ = ["sparse_mla_forward", "run"]
+
+
+def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale, *, out=None, lse=None):
+    """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
+    writes into them (and returns them), allocating whichever is missing."""
+    if out is None and lse is None:
+        return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale))
+    T, H = q_nope.shape[0], q_nope.shape[1]
+    if out is None:
+        out = torch.empty((T, H, 512), dtype=torch.bfloat16, device=q_nope.device)
+    if lse is None:
+        lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
+    torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse)
+    return out, lse
+
+
+def run(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale):
+    """FlashInfer-Bench entry point for dsa_sparse_attention_h16_ckv512_kpe64_topk2048_ps64 (and
+    its ps1 / topk variants): returns (output, lse)."""
+    if isinstance(sm_scale, torch.Tensor):
+        sm_scale = sm_scale.item()
+    return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale))

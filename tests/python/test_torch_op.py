@@ -1,0 +1,171 @@
+"""The dsa PyTorch ops against the FlashInfer-Bench definition's reference formula (float64),
+on fresh random inputs, with every edge case of the core issue, torch.compile(fullgraph=True),
+CUDA-graph capture/replay, non-contiguous q, reused out= buffers and clear errors."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+dsa = pytest.importorskip("dsa", reason="the dsa extension is not built (pip install --no-build-isolation ./python)")
+
+SM_SCALE = 0.1352337788608801
+DEV = "cuda"
+
+
+def reference(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale):
+    """The definition's formula in float64: softmax over valid rows, base-2 lse, zeros/-inf if none."""
+    T, H = q_nope.shape[:2]
+    rows = ckv_cache.shape[0] * ckv_cache.shape[1]
+    ckv = ckv_cache.reshape(-1, 512).double()
+    kpe = kpe_cache.reshape(-1, 64).double()
+    out = torch.zeros(T, H, 512, dtype=torch.float64, device=q_nope.device)
+    lse = torch.full((T, H), -math.inf, dtype=torch.float64, device=q_nope.device)
+    for t in range(T):
+        idx = sparse_indices[t]
+        valid = idx[(idx >= 0) & (idx < rows)].long()
+        if valid.numel() == 0:
+            continue
+        logits = (q_nope[t].double() @ ckv[valid].T + q_pe[t].double() @ kpe[valid].T) * sm_scale
+        lse[t] = torch.logsumexp(logits, -1) / math.log(2.0)
+        out[t] = torch.softmax(logits, -1) @ ckv[valid]
+    return out, lse
+
+
+def make_inputs(T=3, H=16, topk=2048, page_size=64, num_pages=64, pattern="random", seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    q_nope = torch.randn(T, H, 512, generator=g).to(DEV, torch.bfloat16)
+    q_pe = torch.randn(T, H, 64, generator=g).to(DEV, torch.bfloat16)
+    ckv = (torch.randn(num_pages, page_size, 512, generator=g) * 0.5).to(DEV, torch.bfloat16)
+    kpe = (torch.randn(num_pages, page_size, 64, generator=g) * 0.5).to(DEV, torch.bfloat16)
+    rows = num_pages * page_size
+    idx = torch.full((T, topk), -1, dtype=torch.int32)
+    for t in range(T):
+        if pattern == "random":
+            k = min(topk, rows)
+            idx[t, :k] = torch.randperm(rows, generator=g)[:k].int()
+        elif pattern == "run":  # page-aligned contiguous run, -1 after
+            n = int(torch.randint(1, topk + 1, (1,), generator=g))
+            n = min(n, rows)
+            start = int(torch.randint(0, max(1, num_pages - (n + page_size - 1) // page_size + 1), (1,), generator=g)) * page_size
+            idx[t, :n] = torch.arange(start, min(start + n, rows), dtype=torch.int32)
+        elif pattern == "padding":
+            pass
+        elif pattern == "single":
+            idx[t, int(torch.randint(0, topk, (1,), generator=g))] = int(torch.randint(0, rows, (1,), generator=g))
+        elif pattern == "middle":  # -1 in the middle
+            k = min(topk, rows)
+            idx[t, :k] = torch.randperm(rows, generator=g)[:k].int()
+            idx[t, topk // 3: topk // 2] = -1
+            idx[t, torch.rand(topk, generator=g) < 0.2] = -1
+        elif pattern == "duplicates":
+            pool = torch.randint(0, rows, (5,), generator=g).int()
+            idx[t] = pool[torch.randint(0, 5, (topk,), generator=g)]
+        elif pattern == "out_of_range":
+            k = min(topk, rows)
+            idx[t, :k] = torch.randperm(rows, generator=g)[:k].int()
+            bad = torch.rand(topk, generator=g) < 0.2
+            idx[t, bad] = torch.tensor([rows, rows + 7, -2, 2**31 - 1], dtype=torch.int32)[
+                torch.randint(0, 4, (int(bad.sum()),), generator=g)]
+    return q_nope, q_pe, ckv, kpe, idx.to(DEV)
+
+
+def check(got, ref):
+    out, lse = got
+    rout, rlse = ref
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+    assert not torch.isnan(out).any() and torch.isfinite(out).all()
+    err = (out.double() - rout).abs()
+    assert ((err > 1e-2) & (err > 1e-2 * rout.abs())).sum() == 0, f"max abs err {err.max().item()}"
+    rel = (out.double() - rout).norm() / rout.norm().clamp_min(1e-30)
+    assert rel <= 1e-2 or rout.norm() == 0
+    fin = torch.isfinite(rlse)
+    assert torch.equal(torch.isfinite(lse), fin), "lse -inf where the reference is finite, or the reverse"
+    if fin.any():
+        assert (lse.double()[fin] - rlse[fin]).abs().max() <= 1e-2
+    assert (lse[~fin] == -math.inf).all()
+
+
+@pytest.mark.parametrize("H", [16, 32, 64, 128])
+@pytest.mark.parametrize("pattern", ["random", "run", "padding", "single", "middle", "duplicates", "out_of_range"])
+def test_matches_definition_reference(H, pattern):
+    args = make_inputs(T=2, H=H, pattern=pattern, seed=H * 31 + len(pattern))
+    check(dsa.sparse_mla_forward(*args, SM_SCALE), reference(*args, SM_SCALE))
+
+
+@pytest.mark.parametrize("topk,page_size", [(1, 64), (63, 1), (256, 1), (2049, 64)])
+def test_odd_topk_and_page_sizes(topk, page_size):
+    args = make_inputs(T=5, topk=topk, page_size=page_size, num_pages=4096 // page_size * 2, seed=topk)
+    check(dsa.run(*args, SM_SCALE), reference(*args, SM_SCALE))
+
+
+def test_run_matches_the_definition_signature():
+    args = make_inputs(T=4, seed=7)
+    out, lse = dsa.run(*args, torch.tensor(SM_SCALE))
+    assert out.shape == (4, 16, 512) and lse.shape == (4, 16)
+    check((out, lse), reference(*args, SM_SCALE))
+
+
+def test_non_contiguous_q():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=3, seed=11)
+    big = torch.randn(3, 16, 600, device=DEV).to(torch.bfloat16)
+    big[..., :512] = q_nope
+    big[..., 512:576] = q_pe
+    qn, qp = big[..., :512], big[..., 512:576]
+    assert not qn.is_contiguous()
+    check(dsa.sparse_mla_forward(qn, qp, ckv, kpe, idx, SM_SCALE), reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE))
+
+
+def test_out_buffers_are_reused():
+    out = torch.full((3, 16, 512), float("nan"), device=DEV, dtype=torch.bfloat16)
+    lse = torch.full((3, 16), float("nan"), device=DEV)
+    for seed in (1, 2):
+        args = make_inputs(T=3, seed=seed)
+        got_out, got_lse = dsa.sparse_mla_forward(*args, SM_SCALE, out=out, lse=lse)
+        assert got_out.data_ptr() == out.data_ptr() and got_lse.data_ptr() == lse.data_ptr()
+        check((out, lse), reference(*args, SM_SCALE))
+
+
+def test_torch_compile_fullgraph():
+    args = make_inputs(T=2, seed=21)
+
+    @torch.compile(fullgraph=True)
+    def f(q_nope, q_pe, ckv, kpe, idx):
+        out, lse = torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE)
+        return out * 2, lse + 1
+
+    out2, lse1 = f(*args)
+    rout, rlse = reference(*args, SM_SCALE)
+    check((out2 / 2, lse1 - 1), (rout, rlse))
+
+
+def test_cuda_graph_capture_and_replay():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=2, H=64, seed=31)
+    dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE)  # warm up outside the graph
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE)
+    for seed in (32, 33):
+        nq, nqp, nckv, nkpe, nidx = make_inputs(T=2, H=64, seed=seed)
+        q_nope.copy_(nq); q_pe.copy_(nqp); ckv.copy_(nckv); kpe.copy_(nkpe); idx.copy_(nidx)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        check((out, lse), reference(nq, nqp, nckv, nkpe, nidx, SM_SCALE))
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda a: a.__setitem__(0, a[0].float()), "q_nope must be BFloat16"),
+    (lambda a: a.__setitem__(2, a[2].cpu()), "ckv_cache must be a CUDA tensor"),
+    (lambda a: a.__setitem__(4, a[4].long()), "sparse_indices must be Int"),
+    (lambda a: a.__setitem__(1, a[1][:, :, :32]), "q_pe must be [T, H, 64]"),
+    (lambda a: [a.__setitem__(i, torch.cat([a[i]] * 2, 1)[:, :24].contiguous()) for i in (0, 1)], "num_heads"),
+    (lambda a: [a.__setitem__(i, a[i].cpu()) for i in range(5)], "must be a CUDA tensor"),
+])
+def test_clear_errors(mutate, message):
+    args = list(make_inputs(T=2, seed=41))
+    mutate(args)
+    with pytest.raises(RuntimeError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        dsa.sparse_mla_forward(*args, SM_SCALE)
