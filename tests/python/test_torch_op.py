@@ -163,6 +163,9 @@ def test_cuda_graph_capture_and_replay():
     (lambda a: a.__setitem__(1, a[1][:, :, :32]), "q_pe must be [T, H, 64]"),
     (lambda a: [a.__setitem__(i, torch.cat([a[i]] * 2, 1)[:, :24].contiguous()) for i in (0, 1)], "num_heads"),
     (lambda a: [a.__setitem__(i, a[i].cpu()) for i in range(5)], "must be a CUDA tensor"),
+    (lambda a: a.__setitem__(1, a[1].transpose(1, 2).contiguous().transpose(1, 2)), "contiguous in its last dimension"),
+    (lambda a: a.__setitem__(0, torch.cat([a[0], a[0][..., :8]], -1)[..., 4:516]), "16-byte aligned"),
+    (lambda a: [a.__setitem__(i, a[i][::2]) for i in (2, 3)], "pages must be contiguous rows"),
 ])
 def test_clear_errors(mutate, message):
     args = list(make_inputs(T=2, seed=41))
