@@ -79,8 +79,16 @@ struct SparseMlaPlan {
   static constexpr int kMaxSplits = 4096;
 };
 
-// Pure function of shape and device: what tests call without a GPU.
-SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev);
+// A configuration forced instead of the planner's (tuning, tests): 0 keeps the planner's choice.
+struct PlanChoice {
+  int block_keys = 0;  // 16, 32 or 64
+  int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
+};
+
+// Pure function of shape and device: what tests call without a GPU. Throws dsa::Error for an
+// unsupported shape or device, or a choice that cannot run (naming it).
+SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
+                              const PlanChoice& choice = {});
 // Validates the problem and plans it for the current CUDA device.
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem);
 

@@ -67,11 +67,15 @@ ResolvedStrides resolve(const SparseMlaProblem& p) {
           or_default(p.out_head_stride, kCkvDim),         or_default(p.lse_token_stride, H)};
 }
 
-void validate_shape(int num_tokens, int num_heads, int topk) {
+void validate_index_shape(int num_tokens, int topk) {
   if (num_tokens < 0) fail("num_tokens", "must be >= 0, got " + std::to_string(num_tokens));
+  if (topk < 1) fail("topk", "must be >= 1, got " + std::to_string(topk));
+}
+
+void validate_shape(int num_tokens, int num_heads, int topk) {
+  validate_index_shape(num_tokens, topk);
   if (num_heads != 16 && num_heads != 32 && num_heads != 64 && num_heads != 128)
     fail("num_heads", "must be 16, 32, 64 or 128, got " + std::to_string(num_heads));
-  if (topk < 1) fail("topk", "must be >= 1, got " + std::to_string(topk));
 }
 
 detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
@@ -138,7 +142,7 @@ void validate(const SparseMlaProblem& p) {
   require_disjoint("lse", 1, p.num_tokens, s.lse_t, p.num_heads, 1);
 }
 
-SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev) {
+SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice) {
   validate_shape(num_tokens, num_heads, topk);
   if (dev.cc_major != 9)
     fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
@@ -167,7 +171,18 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = static_cast<int>(std::min<int64_t>(
       SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), plan.block_keys) * plan.block_keys));
-  plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));
+  if (choice.block_keys != 0) {
+    if (choice.block_keys != 16 && choice.block_keys != 32 && choice.block_keys != 64)
+      fail("block_keys", "must be 16, 32 or 64, got " + std::to_string(choice.block_keys));
+    plan.block_keys = choice.block_keys;
+  }
+  if (choice.splits != 0) {  // exact chunks, not whole tiles: a forced split may end mid-tile
+    if (choice.splits < min_splits || choice.splits > SparseMlaPlan::kMaxSplits)
+      fail("splits", "must be in [" + std::to_string(min_splits) + ", " + std::to_string(SparseMlaPlan::kMaxSplits) +
+                         "] for topk " + std::to_string(topk) + ", got " + std::to_string(choice.splits));
+    plan.chunk = static_cast<int>(ceil_div(topk, choice.splits));
+  }
+  plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
   const int64_t ctas = base_ctas * plan.splits;
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
   plan.ctas = static_cast<int>(ctas);
@@ -233,7 +248,7 @@ void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& pl
 
 void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
                            int64_t num_rows, long long* d_count, cudaStream_t stream) {
-  validate_shape(num_tokens, 16, topk);
+  validate_index_shape(num_tokens, topk);
   require_pointer(indices, "indices", 4);
   require_pointer(d_count, "d_count", 8);
   if (token_stride < topk) fail("token_stride", "must be >= topk");
@@ -242,7 +257,7 @@ void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int
 
 int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
                                    int64_t num_rows) {
-  validate_shape(num_tokens, 16, topk);
+  validate_index_shape(num_tokens, topk);
   require_pointer(indices, "indices", 4);
   if (token_stride < topk) fail("token_stride", "must be >= topk");
   int64_t n = 0;

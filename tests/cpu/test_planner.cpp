@@ -52,6 +52,21 @@ TEST(Planner, TopkBeyondOneChunkAlwaysSplits) {
   EXPECT_EQ(p.splits, 3);
 }
 
+TEST(Planner, ForcedChoicesAreHonouredAndChecked) {
+  const SparseMlaPlan p = plan_sparse_mla(4, 32, 2048, kH100, PlanChoice{64, 7});
+  EXPECT_EQ(p.block_keys, 64);
+  EXPECT_EQ(p.chunk, 293);  // ceil(2048 / 7): a forced split may end mid-tile
+  EXPECT_EQ(p.splits, 7);
+  EXPECT_EQ(p.ctas, 4 * 2 * 7);
+  EXPECT_EQ(p.workspace_bytes, size_t(4) * 32 * 7 * 513 * 4);
+  const SparseMlaPlan one = plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 1});
+  EXPECT_EQ(one.splits, 1);
+  EXPECT_EQ(one.workspace_bytes, 0u);
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{48, 0}), Error);  // no such tile
+  EXPECT_THROW(plan_sparse_mla(4, 16, 5000, kH100, PlanChoice{0, 2}), Error);   // chunk > 2048
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 5000}), Error);
+}
+
 TEST(Planner, RejectsUnsupportedShapesAndDevices) {
   EXPECT_THROW(plan_sparse_mla(1, 24, 2048, kH100), Error);
   EXPECT_THROW(plan_sparse_mla(1, 8, 2048, kH100), Error);

@@ -229,14 +229,11 @@ INSTANTIATE_TEST_SUITE_P(T, TokenCounts,
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
 TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
   const HostProblem hp = make_problem(4, 32, 2048, 64, 128, IndexPattern::padding_middle, 99);
-  const SparseMlaPlan base = plan_sparse_mla(4, 32, 2048, DeviceInfo::from_device(0));
+  const DeviceInfo dev = DeviceInfo::from_device(0);
   for (int bk : {16, 32, 64})
     for (int splits : {1, 2, 3, 7, 32, 64}) {
-      SparseMlaPlan plan = base;
-      plan.block_keys = bk;
-      plan.chunk = (2048 + splits - 1) / splits;
-      plan.splits = (2048 + plan.chunk - 1) / plan.chunk;
-      plan.workspace_bytes = plan.splits > 1 ? size_t(hp.T) * hp.H * plan.splits * 513 * 4 : 0;
+      const SparseMlaPlan plan = plan_sparse_mla(4, 32, 2048, dev, PlanChoice{bk, splits});
+      ASSERT_EQ(plan.block_keys, bk);
       const Agreement a = run_and_compare(hp, &plan);
       EXPECT_TRUE(a.ok()) << "block_keys " << bk << " splits " << plan.splits << ": " << a.summary();
     }
@@ -274,12 +271,10 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   p.ckv_row_stride = p.kpe_row_stride = 576;
   for (int forced_splits : {0, 1}) {  // planned (split) and single-split paths
     d.poison();
-    SparseMlaPlan plan = plan_sparse_mla(p);
-    if (forced_splits) {
-      plan.splits = 1;
-      plan.chunk = hp.topk;
-      plan.workspace_bytes = 0;
-    }
+    const SparseMlaPlan plan = forced_splits ? plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0),
+                                                               PlanChoice{0, 1})
+                                             : plan_sparse_mla(p);
+    if (forced_splits) ASSERT_EQ(plan.splits, 1);
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
     sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
     CUDA_OK(cudaDeviceSynchronize());

@@ -210,13 +210,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.q_nope = d_qn.get(); p.q_pe = d_qp.get(); p.ckv_cache = cache.ckv; p.kpe_cache = cache.kpe;
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
-  res.plan = plan_sparse_mla(p);
-  if (o.block_keys) res.plan.block_keys = o.block_keys;
-  if (o.splits) {
-    res.plan.chunk = (topk + o.splits - 1) / o.splits;
-    res.plan.splits = (topk + res.plan.chunk - 1) / res.plan.chunk;
-    res.plan.workspace_bytes = res.plan.splits > 1 ? size_t(T) * H * res.plan.splits * (kCkvDim + 1) * 4 : 0;
-  }
+  validate(p);
+  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), PlanChoice{o.block_keys, o.splits});
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
