@@ -368,13 +368,16 @@ nlohmann::json to_json(const Result& r) {
   return j;
 }
 
-void write_csv(const std::vector<Result>& results, const std::string& path) {
+// Every row carries the run's context (device, clocks, driver, commit) so rows stand alone.
+void write_csv(const std::vector<Result>& results, const std::string& path, const std::string& context_header,
+               const std::string& context) {
   std::ofstream f(path);
   if (!f) throw Error("--csv: cannot write " + path);
-  f << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
+  f << context_header
+    << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
        "ratio,useful_tflops\n";
   for (const Result& r : results)
-    f << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
+    f << context << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
       << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
       << r.vs_gpu_ref.max_lse_err << ',' << to_string(r.kernel.timer) << ',' << r.kernel.median_us << ','
       << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
@@ -419,8 +422,13 @@ int run(const Options& o) {
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  std::printf("device %s, %d SMs, L2 %d MB, driver %d, runtime %d, commit %s\n", prop.name, prop.multiProcessorCount,
-              prop.l2CacheSize >> 20, driver, runtime, DSA_GIT_COMMIT);
+  int sm_clock_khz = 0, mem_clock_khz = 0;  // peak clocks the device reports (attributes, not live readings)
+  cudaDeviceGetAttribute(&sm_clock_khz, cudaDevAttrClockRate, 0);
+  cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
+  std::printf("device %s, %d SMs, L2 %d MB, SM clock %d MHz / memory clock %d MHz (peak), driver %d, runtime %d, "
+              "commit %s\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, sm_clock_khz / 1000, mem_clock_khz / 1000,
+              driver, runtime, DSA_GIT_COMMIT);
   std::printf("timer %s, L2 %s before each call, %d reps (median, min-max)\n", to_string(which),
               o.no_flush ? "NOT flushed" : "flushed", o.reps);
 
@@ -474,6 +482,7 @@ int run(const Options& o) {
   }
   if (!o.json_path.empty()) {
     nlohmann::json j{{"device", prop.name}, {"sm_count", prop.multiProcessorCount}, {"driver", driver},
+                     {"sm_clock_peak_mhz", sm_clock_khz / 1000}, {"memory_clock_peak_mhz", mem_clock_khz / 1000},
                      {"runtime", runtime}, {"commit", DSA_GIT_COMMIT}, {"timer", to_string(which)},
                      {"l2_flushed", !o.no_flush}, {"stream_read_gbs", stream_gbs}, {"empty_kernel_us", empty_us},
                      {"empty_kernel_100kb_smem_us", empty_smem_us}, {"cases", nlohmann::json::array()}};
@@ -482,7 +491,10 @@ int run(const Options& o) {
     if (!f) throw Error("--json: cannot write " + o.json_path);
     f << j.dump(2) << '\n';
   }
-  if (!o.csv_path.empty()) write_csv(results, o.csv_path);
+  if (!o.csv_path.empty())
+    write_csv(results, o.csv_path, "device,sm_clock_peak_mhz,memory_clock_peak_mhz,driver,commit,",
+              std::string(prop.name) + "," + std::to_string(sm_clock_khz / 1000) + "," +
+                  std::to_string(mem_clock_khz / 1000) + "," + std::to_string(driver) + "," + DSA_GIT_COMMIT + ",");
   if (!o.plot_path.empty()) plot(results, o.plot_path);
   return all_ok ? 0 : 1;
 }
