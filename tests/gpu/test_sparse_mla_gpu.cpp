@@ -283,6 +283,47 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   }
 }
 
+// ---- indices with a token stride > topk: the gap holds valid-looking rows that must not be read --
+TEST_F(Gpu, StridedIndicesNeverReadPastTopk) {
+  const HostProblem hp = make_problem(6, 16, 77, 64, 64, IndexPattern::padding_middle, 4321);
+  std::vector<double> ro, rl;
+  reference(hp, ro, rl);
+  const int64_t stride = hp.topk + 13;
+  std::vector<int32_t> wide(size_t(hp.T) * stride);
+  for (int t = 0; t < hp.T; ++t)
+    for (int64_t k = 0; k < stride; ++k)  // rows 0..12 in the gap: reading them would change the result
+      wide[t * stride + k] = k < hp.topk ? hp.indices[size_t(t) * hp.topk + k] : static_cast<int32_t>(k - hp.topk);
+  DeviceProblem d(hp);
+  DeviceBuffer<int32_t> didx(wide);
+  for (int forced_splits : {0, 1, 3}) {
+    d.poison();
+    SparseMlaProblem p = d.view();
+    p.indices = didx.ptr;
+    p.indices_token_stride = stride;
+    const SparseMlaPlan plan =
+        plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), PlanChoice{0, forced_splits});
+    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+    CUDA_OK(cudaDeviceSynchronize());
+    const Agreement a = judge(d, ro, rl);
+    EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
+  }
+}
+
+// ---- T = 0 is a no-op: nothing launched, nothing written ---------------------------------------
+TEST_F(Gpu, ZeroTokensWritesNothing) {
+  const HostProblem hp = make_problem(1, 16, 64, 64, 8, IndexPattern::random, 9);
+  DeviceProblem d(hp);
+  d.poison();
+  SparseMlaProblem p = d.view();
+  p.num_tokens = 0;
+  const SparseMlaPlan plan = plan_sparse_mla(p);
+  EXPECT_EQ(plan.ctas, 0);
+  sparse_mla_forward(p, plan, nullptr, 0, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  for (uint16_t v : d.out.get()) ASSERT_EQ(v, kPoisonBf16);
+}
+
 // ---- the same call captured in a CUDA graph and replayed on new inputs ---------------------
 TEST_F(Gpu, GraphCaptureAndReplay) {
   const HostProblem hp = make_problem(2, 64, 2048, 64, 64, IndexPattern::runs, 555);
