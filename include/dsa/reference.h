@@ -1,20 +1,27 @@
-// CPU ground truth for the sparse MLA forward, and the rule that judges a result against it.
-// Host-only. bf16 values are passed as their raw 16-bit patterns (uint16_t).
+// CPU ground truth for the sparse MLA and dense attention forwards, and the rule that judges a
+// result against it. Host-only. 16-bit values are passed as their raw bit patterns (uint16_t).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "dsa/dense_attention.h"
 #include "dsa/sparse_mla.h"
 
 namespace dsa {
 
 float bf16_to_float(uint16_t bits);
 uint16_t float_to_bf16(float value);  // round to nearest even; NaN stays NaN
+float fp16_to_float(uint16_t bits);
+uint16_t float_to_fp16(float value);  // round to nearest even; overflow to inf; NaN stays NaN
 
 // The semantics of sparse_mla.h with double accumulation. All pointers in `problem` are host
 // pointers; strides as in the GPU API. Writes packed out_ref[T, H, 512] and lse_ref[T, H].
 void sparse_mla_reference_cpu(const SparseMlaProblem& problem, double* out_ref, double* lse_ref);
+
+// The semantics of dense_attention.h with double accumulation, over host pointers (strides as in
+// the GPU API). Writes packed out_ref[B, N, Lq, Dv] and lse_ref[B, N, Lq].
+void dense_attention_reference_cpu(const DenseAttentionProblem& problem, double* out_ref, double* lse_ref);
 
 // How a result compares with a reference. An element fails only if both its absolute and its
 // relative error exceed 1e-2 (the FlashInfer-Bench rule); NaN/inf in out fails always.
@@ -28,6 +35,10 @@ struct Agreement {
   }
   std::string summary() const;
 };
+
+// out[n_out] (already widened to float) and lse[n_lse] against their references.
+Agreement compare_values(const float* out, int64_t n_out, const float* lse, int64_t n_lse, const double* out_ref,
+                         const double* lse_ref);
 
 // out: packed bf16 [T, H, 512]; lse: packed fp32 [T, H].
 Agreement compare_to_reference(const uint16_t* out, const float* lse, const double* out_ref, const double* lse_ref,

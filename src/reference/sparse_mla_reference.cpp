@@ -2,27 +2,10 @@
 #include "dsa/reference.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <limits>
 #include <vector>
 
 namespace dsa {
-
-float bf16_to_float(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-uint16_t float_to_bf16(float value) {
-  uint32_t u;
-  std::memcpy(&u, &value, sizeof u);
-  if (std::isnan(value)) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7fff + ((u >> 16) & 1);  // round to nearest, ties to even
-  return static_cast<uint16_t>(u >> 16);
-}
 
 void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double* lse_ref) {
   validate(p);
@@ -73,46 +56,6 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
       lse_ref[t * H + h] = (mx + std::log(sum)) / std::log(2.0);
     }
   }
-}
-
-Agreement compare_to_reference(const uint16_t* out, const float* lse, const double* out_ref, const double* lse_ref,
-                               int num_tokens, int num_heads) {
-  Agreement a;
-  const int64_t rows = static_cast<int64_t>(num_tokens) * num_heads;
-  a.elements = rows * kCkvDim;
-  double err2 = 0, ref2 = 0;
-  for (int64_t i = 0; i < a.elements; ++i) {
-    const double got = bf16_to_float(out[i]), ref = out_ref[i];
-    if (!std::isfinite(got)) {
-      ++a.non_finite;
-      continue;
-    }
-    const double err = std::fabs(got - ref);
-    a.max_abs_err = std::max(a.max_abs_err, err);
-    if (err > 1e-2 && err > 1e-2 * std::fabs(ref)) ++a.failed_elements;
-    err2 += err * err;
-    ref2 += ref * ref;
-  }
-  a.rel_l2_err = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  for (int64_t i = 0; i < rows; ++i) {
-    const double got = lse[i], ref = lse_ref[i];
-    if (std::isnan(got) || std::isfinite(got) != std::isfinite(ref) || (std::isinf(got) && got != ref)) {
-      ++a.lse_mismatch;
-      continue;
-    }
-    if (std::isfinite(ref)) a.max_lse_err = std::max(a.max_lse_err, std::fabs(got - ref));
-  }
-  return a;
-}
-
-std::string Agreement::summary() const {
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "failed %lld/%lld non-finite %lld max_abs %.3g rel_l2 %.3g lse_err %.3g lse_mismatch %lld",
-                static_cast<long long>(failed_elements), static_cast<long long>(elements),
-                static_cast<long long>(non_finite), max_abs_err, rel_l2_err, max_lse_err,
-                static_cast<long long>(lse_mismatch));
-  return buf;
 }
 
 }  // namespace dsa

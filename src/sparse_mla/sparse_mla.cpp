@@ -11,48 +11,24 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/arg_checks.h"
 #include "common/cuda_check.h"
 #include "sparse_mla/params.h"
 
 namespace dsa {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-[[noreturn]] void fail(const std::string& arg, const std::string& why) { throw Error(arg + ": " + why); }
-
-void require_pointer(const void* ptr, const char* name, size_t align) {
-  if (ptr == nullptr) fail(name, "pointer is null");
-  if (reinterpret_cast<uintptr_t>(ptr) % align != 0)
-    fail(name, "pointer must be " + std::to_string(align) + "-byte aligned");
-}
-
-// bf16 rows are moved in 16-byte pieces: a row start must stay 16-byte aligned.
-void require_vector_stride(int64_t stride, const char* name) {
-  if (stride < 0) fail(name, "stride must be >= 0, got " + std::to_string(stride));
-  if (stride % 8 != 0) fail(name, "stride must be a multiple of 8 bf16 elements (16 bytes), got " + std::to_string(stride));
-}
-
-// The rows [outer, inner] of width `width` written at outer*s_outer + inner*s_inner must not overlap.
-void require_disjoint(const char* name, int64_t width, int64_t n_outer, int64_t s_outer, int64_t n_inner,
-                      int64_t s_inner) {
-  std::pair<int64_t, int64_t> dims[2] = {{s_outer, n_outer}, {s_inner, n_inner}};
-  if (dims[0].first > dims[1].first) std::swap(dims[0], dims[1]);
-  int64_t need = width;  // the smaller stride must clear one row, the larger the whole inner block
-  for (auto [stride, extent] : dims) {
-    if (extent <= 1) continue;
-    if (stride < need)
-      fail(name, "strides overlap (stride " + std::to_string(stride) + " < " + std::to_string(need) + " elements)");
-    need = stride * extent;
-  }
-}
+using detail::ceil_div;
+using detail::fail;
+using detail::or_default;
+using detail::require_disjoint;
+using detail::require_pointer;
+using detail::require_vector_stride;
 
 // fp32 partial outputs [T, H, splits, 512] then partial lse [T, H, splits].
 size_t workspace_for(int num_tokens, int num_heads, int splits) {
   return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * (kCkvDim + 1) * sizeof(float) : 0;
 }
-
-int64_t or_default(int64_t v, int64_t packed) { return v == 0 ? packed : v; }
 
 struct ResolvedStrides {
   int64_t qn_t, qn_h, qp_t, qp_h, ckv, kpe, idx, out_t, out_h, lse_t;
@@ -138,8 +114,8 @@ void validate(const SparseMlaProblem& p) {
   if (s.ckv < kCkvDim) fail("ckv_row_stride", "must be >= 512, got " + std::to_string(s.ckv));
   if (s.kpe < kKpeDim) fail("kpe_row_stride", "must be >= 64, got " + std::to_string(s.kpe));
   if (s.idx < p.topk) fail("indices_token_stride", "must be >= topk, got " + std::to_string(s.idx));
-  require_disjoint("out", kCkvDim, p.num_tokens, s.out_t, p.num_heads, s.out_h);
-  require_disjoint("lse", 1, p.num_tokens, s.lse_t, p.num_heads, 1);
+  require_disjoint("out", kCkvDim, {{s.out_t, p.num_tokens}, {s.out_h, p.num_heads}});
+  require_disjoint("lse", 1, {{s.lse_t, p.num_tokens}, {1, p.num_heads}});
 }
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice) {

@@ -13,47 +13,18 @@
 
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
+#include "device_buffer.h"
 #include "host_problem.h"
 
 namespace dsa {
 namespace {
 
+using testing::DeviceBuffer;
+using testing::Gpu;
 using testing::HostProblem;
+using testing::have_device;
 using testing::make_problem;
 using workload::IndexPattern;
-
-#define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x
-
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-class Gpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  }
-};
-
-template <class T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceBuffer(size_t count) : n(count) {
-    if (cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<size_t>(count, 1) * sizeof(T)) != cudaSuccess) ptr = nullptr;
-  }
-  DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    if (ptr) cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
-    return h;
-  }
-};
 
 constexpr uint16_t kPoisonBf16 = 0xffff;  // NaN: any element left unwritten fails the check
 
@@ -140,19 +111,24 @@ Agreement judge(const DeviceProblem& d, const std::vector<double>& ref_out, cons
   return compare_to_reference(o.data(), l.data(), ref_out.data(), ref_lse.data(), d.hp.T, d.hp.H);
 }
 
+// Poisons d's outputs, runs `p` (d's view, possibly re-pointed) with `plan`, and judges the result.
+Agreement forward_and_judge(DeviceProblem& d, const SparseMlaProblem& p, const SparseMlaPlan& plan,
+                            const std::vector<double>& ref_out, const std::vector<double>& ref_lse) {
+  d.poison();
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return judge(d, ref_out, ref_lse);
+}
+
 // Runs the planned kernel (or `plan_override`) on a poisoned output and judges it.
 Agreement run_and_compare(const HostProblem& hp, const SparseMlaPlan* plan_override = nullptr, int out_pad = 0,
                           int lse_pad = 0) {
   DeviceProblem d(hp, out_pad, lse_pad);
-  d.poison();
   const SparseMlaProblem p = d.view();
-  const SparseMlaPlan plan = plan_override ? *plan_override : plan_sparse_mla(p);
-  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<double> ro, rl;
   reference(hp, ro, rl);
-  return judge(d, ro, rl);
+  return forward_and_judge(d, p, plan_override ? *plan_override : plan_sparse_mla(p), ro, rl);
 }
 
 uint64_t seed_of(int a, int b, int c, int d) { return (uint64_t(a) * 1000003 + b) * 1000033 + uint64_t(c) * 97 + d; }
@@ -260,7 +236,6 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   }
   DeviceProblem d(hp, /*out_pad=*/24, /*lse_pad=*/3);
   DeviceBuffer<uint16_t> dq(q), dcache(cache);
-  d.poison();
   SparseMlaProblem p = d.view();
   p.q_nope = dq.ptr;
   p.q_pe = dq.ptr + 512;
@@ -270,15 +245,11 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   p.kpe_cache = dcache.ptr + 512;
   p.ckv_row_stride = p.kpe_row_stride = 576;
   for (int forced_splits : {0, 1}) {  // planned (split) and single-split paths
-    d.poison();
     const SparseMlaPlan plan = forced_splits ? plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0),
                                                                PlanChoice{0, 1})
                                              : plan_sparse_mla(p);
     if (forced_splits) ASSERT_EQ(plan.splits, 1);
-    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    const Agreement a = judge(d, ro, rl);
+    const Agreement a = forward_and_judge(d, p, plan, ro, rl);
     EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
   }
 }
@@ -295,17 +266,13 @@ TEST_F(Gpu, StridedIndicesNeverReadPastTopk) {
       wide[t * stride + k] = k < hp.topk ? hp.indices[size_t(t) * hp.topk + k] : static_cast<int32_t>(k - hp.topk);
   DeviceProblem d(hp);
   DeviceBuffer<int32_t> didx(wide);
+  SparseMlaProblem p = d.view();
+  p.indices = didx.ptr;
+  p.indices_token_stride = stride;
   for (int forced_splits : {0, 1, 3}) {
-    d.poison();
-    SparseMlaProblem p = d.view();
-    p.indices = didx.ptr;
-    p.indices_token_stride = stride;
     const SparseMlaPlan plan =
         plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), PlanChoice{0, forced_splits});
-    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    const Agreement a = judge(d, ro, rl);
+    const Agreement a = forward_and_judge(d, p, plan, ro, rl);
     EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
   }
 }

@@ -1,6 +1,7 @@
 #include "bench_kernels.h"
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
 
@@ -51,13 +52,13 @@ __device__ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-__global__ void fill_normal_bf16_kernel(uint16_t* dst, size_t n, float scale, uint64_t seed) {
+__global__ void fill_normal_kernel(uint16_t* dst, size_t n, float scale, uint64_t seed, bool fp16) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + i);
     const float u1 = ((h >> 40) + 1) * (1.0f / 16777217.0f), u2 = ((h & 0xffffff) * (1.0f / 16777216.0f));
     const float z = sqrtf(-2.f * logf(u1)) * cospif(2.f * u2);
     const __nv_bfloat16 b = __float2bfloat16_rn(z * scale);
-    dst[i] = *reinterpret_cast<const uint16_t*>(&b);
+    dst[i] = fp16 ? __half_as_ushort(__float2half_rn(z * scale)) : *reinterpret_cast<const uint16_t*>(&b);
   }
 }
 
@@ -74,7 +75,12 @@ void launch_empty(int blocks, int smem_bytes, cudaStream_t stream) {
 }
 
 void launch_fill_normal_bf16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream) {
-  fill_normal_bf16_kernel<<<1024, 256, 0, stream>>>(dst, n, scale, seed);
+  fill_normal_kernel<<<1024, 256, 0, stream>>>(dst, n, scale, seed, false);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream) {
+  fill_normal_kernel<<<1024, 256, 0, stream>>>(dst, n, scale, seed, true);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -20,5 +20,7 @@ void launch_empty(int blocks, int smem_bytes, cudaStream_t stream);
 
 // Fills n bf16 values with N(0,1) * scale from a counter hash of (seed, i): deterministic.
 void launch_fill_normal_bf16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream);
+// The same as fp16 bit patterns.
+void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream);
 
 }  // namespace dsa::bench

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_kernels.h"
+#include "dense_bench.h"
 #include "flashinfer_bench.h"
 #include "index_analysis.h"
 #include "common/cuda_check.h"
@@ -630,8 +631,28 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand("inspect", "analyse index data: a workload file or a built-in suite");
   inspect->add_option("source", inspect_source, "FILE.jsonl or suite name")->required();
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
+  dsa::bench::DenseOptions dense_o;
+  CLI::App* dense = app.add_subcommand("dense", "verify and time the dense attention forward");
+  dense->add_option("--suite", dense_o.suite, "built-in suite: targets, smoke")
+      ->check(CLI::IsMember(dsa::bench::dense_suite_names()));
+  dense->add_option("--timer", dense_o.timer, "cupti (kernel span), events, graph")
+      ->check(CLI::IsMember({"cupti", "events", "graph"}));
+  dense->add_option("--reps", dense_o.reps, "timed calls per case")->check(CLI::Range(3, 100000));
+  dense->add_option("--warmup", dense_o.warmup, "untimed calls first")->check(CLI::Range(0, 1000));
+  dense->add_flag("--no-flush", dense_o.no_flush, "do not flush the L2 before each call");
+  dense->add_option("--json", dense_o.json_path, "write every figure as JSON");
+  dense->add_option("-B,--batch", dense_o.batch, "custom case: batch (replaces the suite)")->check(CLI::Range(1, 65535));
+  dense->add_option("-N,--heads", dense_o.heads, "custom case: heads")->check(CLI::Range(1, 65535));
+  dense->add_option("-L,--seqlen", dense_o.seqlen, "custom case: query (and key) length")->check(CLI::Range(1, 1 << 24));
+  dense->add_option("--seqlen-k", dense_o.seqlen_k, "custom case: key length when it differs")->check(CLI::Range(1, 1 << 24));
+  dense->add_option("--head-dim", dense_o.head_dim, "custom case: 64, 128 or 192 (192/128 for MLA prefill)")
+      ->check(CLI::IsMember({64, 128, 192}));
+  dense->add_flag("--causal", dense_o.causal, "custom case: causal mask");
+  dense->add_option("--dtype", dense_o.dtype, "custom case: bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}));
+  dense->add_option("--block-q", dense_o.block_q, "override the plan's query tile")->check(CLI::IsMember({64, 128}));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*dense) return dsa::bench::run_dense(dense_o);
     if (*inspect) {
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
         o.workload_path = inspect_source;

@@ -1,0 +1,54 @@
+// CPU reference for dense attention: one query row at a time, double accumulation, no shortcuts.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "dsa/reference.h"
+
+namespace dsa {
+
+void dense_attention_reference_cpu(const DenseAttentionProblem& p, double* out_ref, double* lse_ref) {
+  validate(p);
+  auto stride = [](int64_t v, int64_t packed) { return v == 0 ? packed : v; };
+  const int64_t N = p.num_heads, Lq = p.seqlen_q, Lk = p.seqlen_k, Dqk = p.head_dim_qk, Dv = p.head_dim_v;
+  auto widen = p.dtype == DType::bf16 ? bf16_to_float : fp16_to_float;
+  // Row r of head (b, n) of tensor t with default packed strides.
+  auto row = [&](const DenseTensor& t, int64_t b, int64_t n, int64_t r, int64_t rows, int64_t dim) {
+    const int64_t rs = stride(t.row_stride, dim), hs = stride(t.head_stride, rows * dim),
+                  bs = stride(t.batch_stride, N * rows * dim);
+    return static_cast<const uint16_t*>(t.data) + b * bs + n * hs + r * rs;
+  };
+  std::vector<double> logits(Lk);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < Lq; ++i) {
+        double* o = out_ref + ((b * N + n) * Lq + i) * Dv;
+        double* lse = lse_ref + (b * N + n) * Lq + i;
+        const int64_t key_end = p.causal ? std::clamp<int64_t>(i + (Lk - Lq) + 1, 0, Lk) : Lk;
+        std::fill(o, o + Dv, 0.0);
+        if (key_end == 0) {
+          *lse = -std::numeric_limits<double>::infinity();
+          continue;
+        }
+        const uint16_t* q = row(p.q, b, n, i, Lq, Dqk);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < key_end; ++j) {
+          const uint16_t* k = row(p.k, b, n, j, Lk, Dqk);
+          double dot = 0.0;
+          for (int64_t d = 0; d < Dqk; ++d) dot += double(widen(q[d])) * widen(k[d]);
+          logits[j] = dot * double(p.scale);
+          mx = std::max(mx, logits[j]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < key_end; ++j) sum += std::exp(logits[j] - mx);
+        for (int64_t j = 0; j < key_end; ++j) {
+          const double w = std::exp(logits[j] - mx) / sum;
+          const uint16_t* v = row(p.v, b, n, j, Lk, Dv);
+          for (int64_t d = 0; d < Dv; ++d) o[d] += w * widen(v[d]);
+        }
+        *lse = (mx + std::log(sum)) / std::log(2.0);
+      }
+}
+
+}  // namespace dsa

@@ -1,0 +1,104 @@
+// Host-side number handling shared by the references and tests: 16-bit float conversions and
+// the rule that judges a result against a float64 reference.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "dsa/reference.h"
+
+namespace dsa {
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint16_t float_to_bf16(float value) {
+  uint32_t u;
+  std::memcpy(&u, &value, sizeof u);
+  if (std::isnan(value)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fff + ((u >> 16) & 1);  // round to nearest, ties to even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float fp16_to_float(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  float f;
+  if (exponent == 0) f = std::ldexp(static_cast<float>(mantissa), -24);  // zero and subnormals
+  else if (exponent == 31) f = mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else f = std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
+  return (bits & 0x8000) ? -f : f;
+}
+
+uint16_t float_to_fp16(float value) {
+  const uint16_t sign = std::signbit(value) ? 0x8000 : 0;
+  if (std::isnan(value)) return sign | 0x7e00;
+  if (std::isinf(value)) return sign | 0x7c00;
+  const double a = std::fabs(static_cast<double>(value));
+  if (a < std::ldexp(1.0, -14))  // subnormal range: a multiple of 2^-24 (1024 rounds up to the smallest normal)
+    return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, 24)));
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  int exponent = e - 1;
+  double mantissa = std::nearbyint(std::ldexp(a, 10 - exponent));  // in [1024, 2048]
+  if (mantissa == 2048) {
+    mantissa = 1024;
+    ++exponent;
+  }
+  if (exponent > 15) return sign | 0x7c00;
+  return sign | static_cast<uint16_t>(((exponent + 15) << 10) | (static_cast<int>(mantissa) - 1024));
+}
+
+Agreement compare_values(const float* out, int64_t n_out, const float* lse, int64_t n_lse, const double* out_ref,
+                         const double* lse_ref) {
+  Agreement a;
+  a.elements = n_out;
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < n_out; ++i) {
+    const double got = out[i], ref = out_ref[i];
+    if (!std::isfinite(got)) {
+      ++a.non_finite;
+      continue;
+    }
+    const double err = std::fabs(got - ref);
+    a.max_abs_err = std::max(a.max_abs_err, err);
+    if (err > 1e-2 && err > 1e-2 * std::fabs(ref)) ++a.failed_elements;
+    err2 += err * err;
+    ref2 += ref * ref;
+  }
+  a.rel_l2_err = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  for (int64_t i = 0; i < n_lse; ++i) {
+    const double got = lse[i], ref = lse_ref[i];
+    if (std::isnan(got) || std::isfinite(got) != std::isfinite(ref) || (std::isinf(got) && got != ref)) {
+      ++a.lse_mismatch;
+      continue;
+    }
+    if (std::isfinite(ref)) a.max_lse_err = std::max(a.max_lse_err, std::fabs(got - ref));
+  }
+  return a;
+}
+
+Agreement compare_to_reference(const uint16_t* out, const float* lse, const double* out_ref, const double* lse_ref,
+                               int num_tokens, int num_heads) {
+  const int64_t rows = static_cast<int64_t>(num_tokens) * num_heads;
+  std::vector<float> widened(rows * kCkvDim);
+  for (size_t i = 0; i < widened.size(); ++i) widened[i] = bf16_to_float(out[i]);
+  return compare_values(widened.data(), rows * kCkvDim, lse, rows, out_ref, lse_ref);
+}
+
+std::string Agreement::summary() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "failed %lld/%lld non-finite %lld max_abs %.3g rel_l2 %.3g lse_err %.3g lse_mismatch %lld",
+                static_cast<long long>(failed_elements), static_cast<long long>(elements),
+                static_cast<long long>(non_finite), max_abs_err, rel_l2_err, max_lse_err,
+                static_cast<long long>(lse_mismatch));
+  return buf;
+}
+
+}  // namespace dsa
