@@ -55,13 +55,14 @@ struct DenseAttentionProblem {
 // Which kernel generation runs the problem (both kept: docs/perf.md holds their history).
 enum class DenseKernel {
   automatic = 0,  // the planner's pick
-  sm80_mma = 1,   // FlashAttention-2: mma.sync, ldmatrix, cp.async pipeline
+  sm80_mma = 1,   // generation 1, FlashAttention-2: mma.sync, ldmatrix, cp.async pipeline
+  sm90_wgmma = 2, // generation 2: warpgroup MMA (wgmma) from swizzled shared memory
 };
 
 // A configuration forced instead of the planner's (tuning, tests): 0 / automatic keep its choice.
 struct DenseChoice {
   DenseKernel kernel = DenseKernel::automatic;
-  int block_q = 0;  // 64 or 128
+  int block_q = 0;  // 64 or 128 (sm80_mma only; sm90_wgmma tiles are 128)
 };
 
 struct DenseAttentionPlan {

@@ -11,11 +11,14 @@
 #include "common/cuda_check.h"
 #include "dense/fa2_config.h"
 #include "dense/params.h"
+#include "dense/wgmma_config.h"
 
 namespace dsa {
 namespace detail {
 void launch_fa2_forward(const DenseParams& p, DType dtype, int head_dim_qk, int block_q, bool causal, int q_blocks,
                         cudaStream_t stream);
+void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks,
+                          cudaStream_t stream);
 void launch_dense_reference(const DenseParams& p, DType dtype, int head_dim_qk, int head_dim_v, bool causal,
                             cudaStream_t stream);
 }  // namespace detail
@@ -122,10 +125,13 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
   if (dev.cc_major != 9)
     fail("device", "needs compute capability 9.x (sm_90a build), got " + std::to_string(dev.cc_major) + "." +
                        std::to_string(dev.cc_minor));
-  if (choice.kernel != DenseKernel::automatic && choice.kernel != DenseKernel::sm80_mma)
+  if (choice.kernel != DenseKernel::automatic && choice.kernel != DenseKernel::sm80_mma &&
+      choice.kernel != DenseKernel::sm90_wgmma)
     fail("choice.kernel", "unknown kernel");
   if (choice.block_q != 0 && choice.block_q != 64 && choice.block_q != 128)
     fail("choice.block_q", "must be 0 (planner), 64 or 128, got " + std::to_string(choice.block_q));
+  if (choice.kernel == DenseKernel::sm90_wgmma && choice.block_q == 64)
+    fail("choice.block_q", "the sm90_wgmma kernel's query tile is 128");
 
   DenseAttentionPlan plan;
   plan.dtype = p.dtype;
@@ -133,19 +139,31 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
   plan.seqlen_q = p.seqlen_q; plan.seqlen_k = p.seqlen_k;
   plan.head_dim_qk = p.head_dim_qk; plan.head_dim_v = p.head_dim_v;
   plan.causal = p.causal;
-  plan.kernel = DenseKernel::sm80_mma;
-  // 128-row tiles (8 warps) unless that leaves SMs idle: then 64-row tiles double the CTAs.
-  int block_q = choice.block_q;
-  if (block_q == 0) {
-    const int64_t heads = int64_t(p.batch) * p.num_heads;
-    block_q = ceil_div(p.seqlen_q, 128) * heads >= 2 * int64_t(dev.sm_count) ? 128 : 64;
+  const int64_t heads = int64_t(p.batch) * p.num_heads;
+  plan.kernel = choice.kernel;
+  if (plan.kernel == DenseKernel::automatic)
+    plan.kernel = choice.block_q == 64 ? DenseKernel::sm80_mma : DenseKernel::sm90_wgmma;
+  if (plan.kernel == DenseKernel::sm90_wgmma) {
+    plan.block_q = 128;
+    plan.warps = 8;
+    switch (p.head_dim_qk) {
+      case 64: plan.smem_bytes = detail::WgmmaTile<64>::smem_bytes(p.head_dim_v); break;
+      case 128: plan.smem_bytes = detail::WgmmaTile<128>::smem_bytes(p.head_dim_v); break;
+      default: plan.smem_bytes = detail::WgmmaTile<192>::smem_bytes(p.head_dim_v); break;
+    }
+    plan.block_k = detail::WgmmaTile<128>::kBlockK;
+    plan.stages = detail::WgmmaTile<128>::kStages;
+  } else {
+    // 128-row tiles (8 warps) unless that leaves SMs idle: then 64-row tiles double the CTAs.
+    int block_q = choice.block_q;
+    if (block_q == 0) block_q = ceil_div(p.seqlen_q, 128) * heads >= 2 * int64_t(dev.sm_count) ? 128 : 64;
+    const detail::Fa2TileInfo tile = detail::fa2_tile_info(p.head_dim_qk, p.head_dim_v, block_q);
+    plan.block_q = tile.block_q;
+    plan.block_k = tile.block_k;
+    plan.stages = tile.stages;
+    plan.warps = tile.warps;
+    plan.smem_bytes = tile.smem_bytes;
   }
-  const detail::Fa2TileInfo tile = detail::fa2_tile_info(p.head_dim_qk, p.head_dim_v, block_q);
-  plan.block_q = tile.block_q;
-  plan.block_k = tile.block_k;
-  plan.stages = tile.stages;
-  plan.warps = tile.warps;
-  plan.smem_bytes = tile.smem_bytes;
   plan.q_blocks = static_cast<int>(ceil_div(p.seqlen_q, plan.block_q));
   plan.ctas = int64_t(plan.q_blocks) * p.num_heads * p.batch;
   if (plan.smem_bytes > static_cast<size_t>(dev.max_smem_per_block))
@@ -165,7 +183,11 @@ void dense_attention_forward(const DenseAttentionProblem& p, const DenseAttentio
   validate(p);
   if (!same_shape(p, plan)) fail("plan", "was made for a different problem shape");
   if (plan.ctas == 0) return;  // B = 0 or Lq = 0: nothing to write
-  detail::launch_fa2_forward(make_params(p), p.dtype, p.head_dim_qk, plan.block_q, p.causal, plan.q_blocks, stream);
+  if (plan.kernel == DenseKernel::sm90_wgmma)
+    detail::launch_wgmma_forward(make_params(p), p.dtype, p.head_dim_qk, p.causal, plan.q_blocks, stream);
+  else
+    detail::launch_fa2_forward(make_params(p), p.dtype, p.head_dim_qk, plan.block_q, p.causal, plan.q_blocks,
+                               stream);
 }
 
 void dense_attention_reference_gpu(const DenseAttentionProblem& p, cudaStream_t stream) {

@@ -28,29 +28,12 @@
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
 #include "dense/fa2_config.h"
+#include "dense/kernel_common.cuh"
 #include "dense/params.h"
 #include "dsa/dense_attention.h"
 
 namespace dsa::detail {
 namespace {
-
-// The two 16-bit input types: the mma flavour and the fp32 -> 2 x 16-bit packing.
-template <typename Elem>
-struct ElemOps;
-template <>
-struct ElemOps<__nv_bfloat16> {
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    ptx::mma_bf16_16816(d, a, b0, b1);
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return ptx::pack_bf16x2(lo, hi); }
-};
-template <>
-struct ElemOps<__half> {
-  static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    ptx::mma_f16_16816(d, a, b0, b1);
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) { return ptx::pack_f16x2(lo, hi); }
-};
 
 // Byte offset of 16-byte chunk `c` of row `r` in a swizzled tile with `kChunks` chunks per row.
 template <int kChunks>
@@ -59,21 +42,10 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c) {
   return static_cast<uint32_t>((r * kChunks + (c ^ (r & 7))) * 16);
 }
 
-// Requests rows [0, kRows) of a tile (row r at g + r * row_stride_bytes) into swizzled shared
-// memory; rows >= rows_valid are zero-filled without reading global memory.
-template <int kRows, int kChunks, int kThreads>
-__device__ __forceinline__ void load_tile(uint32_t s_base, const char* g, int64_t row_stride_bytes, int rows_valid) {
-  constexpr int kPieces = kRows * kChunks;
-  static_assert(kPieces % kThreads == 0, "every thread copies the same number of pieces");
-#pragma unroll
-  for (int i = 0; i < kPieces / kThreads; ++i) {
-    const int piece = i * kThreads + static_cast<int>(threadIdx.x);
-    const int r = piece / kChunks, c = piece % kChunks;
-    const bool ok = r < rows_valid;
-    const char* src = ok ? g + r * row_stride_bytes + c * 16 : g;
-    ptx::cp_async_16(s_base + swizzled<kChunks>(r, c), src, ok ? 16 : 0);
-  }
-}
+template <int kChunks>
+struct Swizzled {
+  __device__ __forceinline__ uint32_t operator()(int r, int c) const { return swizzled<kChunks>(r, c); }
+};
 
 template <typename Elem, int kDqk, int kDv, int kBlockQ, bool kCausal>
 __global__ void __launch_bounds__(Fa2Tile<kDqk, kBlockQ>::kThreads)
@@ -110,30 +82,27 @@ __global__ void __launch_bounds__(Fa2Tile<kDqk, kBlockQ>::kThreads)
     const int stage = tile % kStages;
     const int rows = min(kBlockK, p.seqlen_k - tile * kBlockK);
     load_tile<kBlockK, kQkChunks, kThreads>(sK + stage * kKBytes, k + 2 * tile * kBlockK * p.k_row_stride,
-                                            2 * p.k_row_stride, rows);
+                                            2 * p.k_row_stride, rows, Swizzled<kQkChunks>{});
     load_tile<kBlockK, kVChunks, kThreads>(sV + stage * kVBytes, v + 2 * tile * kBlockK * p.v_row_stride,
-                                           2 * p.v_row_stride, rows);
+                                           2 * p.v_row_stride, rows, Swizzled<kVChunks>{});
   };
 
   // Prologue: Q joins the first group.
   load_tile<kBlockQ, kQkChunks, kThreads>(sQ, q + 2 * q0 * p.q_row_stride, 2 * p.q_row_stride,
-                                          min(kBlockQ, p.seqlen_q - q0));
+                                          min(kBlockQ, p.seqlen_q - q0), Swizzled<kQkChunks>{});
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < n_tiles) load_kv(s);
     ptx::cp_async_commit();
   }
 
-  float o[kOTiles][4];
+  float o[4 * kOTiles];
 #pragma unroll
-  for (int n = 0; n < kOTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+  for (int i = 0; i < 4 * kOTiles; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY};  // running row max, base-2 logit units (rows lane/4, lane/4+8)
-  float l[2] = {0.f, 0.f};              // running row sum, this thread's columns only
+  float l[2] = {0.f, 0.f};              // running row sum, this lane's columns only
   uint32_t qf[kQkSteps][4];
-
   const int warp_row0 = q0 + warp * 16;  // first query row of this warp
-  const int row_in_warp = lane / 4;      // accumulator rows row_in_warp and row_in_warp + 8
-  const int col_in_tile = 2 * (lane % 4);
 
   for (int j = 0; j < n_tiles; ++j) {
     ptx::cp_async_wait<kStages - 2>();
@@ -150,74 +119,33 @@ __global__ void __launch_bounds__(Fa2Tile<kDqk, kBlockQ>::kThreads)
     const uint32_t sVj = sV + (j % kStages) * kVBytes;
 
     // S = Q K^T for this warp's 16 rows x kBlockK keys.
-    float s[kSTiles][4];
+    float s[4 * kSTiles];
 #pragma unroll
-    for (int n = 0; n < kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int i = 0; i < 4 * kSTiles; ++i) s[i] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kQkSteps; ++kk) {
 #pragma unroll
       for (int n2 = 0; n2 < kSTiles / 2; ++n2) {
         uint32_t b[4];  // b0/b1 of key n-tiles 2*n2 and 2*n2+1
         ptx::ldmatrix_x4(b, sKj + swizzled<kQkChunks>(n2 * 16 + (lane / 16) * 8 + lane % 8, 2 * kk + (lane / 8) % 2));
-        Ops::mma(s[2 * n2], qf[kk], b[0], b[1]);
-        Ops::mma(s[2 * n2 + 1], qf[kk], b[2], b[3]);
+        Ops::mma(&s[8 * n2], qf[kk], b[0], b[1]);
+        Ops::mma(&s[8 * n2 + 4], qf[kk], b[2], b[3]);
       }
     }
 
-    // Scale to base-2 logits; mask keys past the end and, when causal, past the diagonal.
-    const int key0 = j * kBlockK;
-    const bool past_end = key0 + kBlockK > p.seqlen_k;
-    const bool crosses_diagonal = kCausal && key0 + kBlockK - 1 > warp_row0 + p.causal_offset;
-#pragma unroll
-    for (int n = 0; n < kSTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] *= p.scale_log2;
-        if (past_end || crosses_diagonal) {
-          const int key = key0 + n * 8 + col_in_tile + (e & 1);
-          const int row = warp_row0 + row_in_warp + (e / 2) * 8;
-          if (key >= p.seqlen_k || (kCausal && key > row + p.causal_offset)) s[n][e] = -INFINITY;
-        }
-      }
+    online_softmax_tile<kSTiles, kOTiles, kCausal>(s, o, m, l, p, j * kBlockK, warp_row0, lane);
 
-    // Online softmax; a row that has seen no key yet keeps m = -inf and uses 0 as its reference.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = m[r];
-#pragma unroll
-      for (int n = 0; n < kSTiles; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float ref = mx == -INFINITY ? 0.f : mx;
-      const float alpha = ptx::exp2_approx(m[r] - ref);
-      m[r] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int n = 0; n < kSTiles; ++n) {
-        s[n][2 * r] = ptx::exp2_approx(s[n][2 * r] - ref);
-        s[n][2 * r + 1] = ptx::exp2_approx(s[n][2 * r + 1] - ref);
-        sum += s[n][2 * r] + s[n][2 * r + 1];
-      }
-      l[r] = l[r] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < kOTiles; ++n) {
-        o[n][2 * r] *= alpha;
-        o[n][2 * r + 1] *= alpha;
-      }
-    }
-
-    // O += P V: the S accumulators of key n-tiles 2kk, 2kk+1 are exactly the A fragment of k-step kk.
+    // O += P V, V by ldmatrix.trans.
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      const uint32_t a[4] = {Ops::pack(s[2 * kk][0], s[2 * kk][1]), Ops::pack(s[2 * kk][2], s[2 * kk][3]),
-                             Ops::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Ops::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[4];
+      p_fragment<Elem>(s, kk, a);
 #pragma unroll
       for (int n2 = 0; n2 < kOTiles / 2; ++n2) {
         uint32_t b[4];  // b0/b1 of output n-tiles 2*n2 and 2*n2+1
         ptx::ldmatrix_x4_trans(b, sVj + swizzled<kVChunks>(kk * 16 + ((lane / 8) % 2) * 8 + lane % 8, 2 * n2 + lane / 16));
-        Ops::mma(o[2 * n2], a, b[0], b[1]);
-        Ops::mma(o[2 * n2 + 1], a, b[2], b[3]);
+        Ops::mma(&o[8 * n2], a, b[0], b[1]);
+        Ops::mma(&o[8 * n2 + 4], a, b[2], b[3]);
       }
     }
   }
@@ -227,41 +155,17 @@ __global__ void __launch_bounds__(Fa2Tile<kDqk, kBlockQ>::kThreads)
   __syncthreads();
 
   // Epilogue: normalise, stage this warp's 16 rows in the Q area, write 16-byte row pieces.
-  float inv[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
-  }
+  float inv[2], lse[2];
+  finish_rows(m, l, inv, lse);
   uint8_t* staged = smem + warp * 16 * kDv * 2;
 #pragma unroll
   for (int n = 0; n < kOTiles; ++n)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = row_in_warp + 8 * r;
-      *reinterpret_cast<uint32_t*>(staged + swizzled<kVChunks>(row, n) + col_in_tile * 2) =
-          Ops::pack(o[n][2 * r] * inv[r], o[n][2 * r + 1] * inv[r]);
-    }
+    for (int r = 0; r < 2; ++r)
+      *reinterpret_cast<uint32_t*>(staged + swizzled<kVChunks>(lane / 4 + 8 * r, n) + 4 * (lane % 4)) =
+          Ops::pack(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
   __syncwarp();
-  char* out = static_cast<char*>(p.out) + 2 * (batch * p.out_batch_stride + head * p.out_head_stride);
-#pragma unroll
-  for (int i = 0; i < 16 * kVChunks / 32; ++i) {
-    const int piece = i * 32 + lane;
-    const int r = piece / kVChunks, c = piece % kVChunks;
-    const int row = warp_row0 + r;
-    if (row < p.seqlen_q)
-      *reinterpret_cast<uint4*>(out + 2 * (row * p.out_row_stride) + c * 16) =
-          *reinterpret_cast<const uint4*>(staged + swizzled<kVChunks>(r, c));
-  }
-  if (p.lse != nullptr && lane % 4 == 0) {
-    float* lse = p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp_row0 + row_in_warp + 8 * r;
-      if (row < p.seqlen_q) lse[row] = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
-    }
-  }
+  store_rows<kVChunks>(staged, Swizzled<kVChunks>{}, p, batch, head, warp_row0, lane, lse);
 }
 
 template <typename Elem, int kDqk, int kDv, int kBlockQ, bool kCausal>

@@ -200,30 +200,51 @@ TEST(DenseValidate, ForwardRejectsAPlanForAnotherShape) {
 }
 
 // ---- planner ------------------------------------------------------------------------------------
-TEST(DensePlanner, PicksTheQueryTileByOccupancyAndSizesSharedMemory) {
+TEST(DensePlanner, Generation1PicksTheQueryTileByOccupancyAndSizesSharedMemory) {
   Buffers b;
   const DeviceInfo h100{132, 232448, 9, 0};
+  DenseChoice fa2;
+  fa2.kernel = DenseKernel::sm80_mma;
   DenseAttentionProblem p = good(b);
   p.batch = 2; p.num_heads = 8; p.seqlen_q = p.seqlen_k = 1024;  // 128 CTAs of 128 rows: too few
-  DenseAttentionPlan plan = plan_dense_attention(p, h100);
+  DenseAttentionPlan plan = plan_dense_attention(p, h100, fa2);
   EXPECT_EQ(plan.kernel, DenseKernel::sm80_mma);
   EXPECT_EQ(plan.block_q, 64);
   EXPECT_EQ(plan.q_blocks, 16);
   EXPECT_EQ(plan.ctas, 256);
   p.batch = 4; p.num_heads = 16; p.seqlen_q = p.seqlen_k = 4096;
-  plan = plan_dense_attention(p, h100);
+  plan = plan_dense_attention(p, h100, fa2);
   EXPECT_EQ(plan.block_q, 128);
   EXPECT_EQ(plan.block_k, 64);
   EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 128 + 2 * 64 * 256)));
   p.head_dim_qk = p.head_dim_v = 64;
-  plan = plan_dense_attention(p, h100);
+  plan = plan_dense_attention(p, h100, fa2);
   EXPECT_EQ(plan.block_k, 128);
   p.seqlen_q = 1000;
-  DenseChoice choice;
-  choice.block_q = 64;
-  plan = plan_dense_attention(p, h100, choice);
+  fa2.block_q = 64;
+  plan = plan_dense_attention(p, h100, fa2);
   EXPECT_EQ(plan.block_q, 64);
   EXPECT_EQ(plan.q_blocks, 16);
+}
+
+TEST(DensePlanner, Generation2TilesAndSharedMemory) {
+  Buffers b;
+  const DeviceInfo h100{132, 232448, 9, 0};
+  DenseChoice wg;
+  wg.kernel = DenseKernel::sm90_wgmma;
+  DenseAttentionProblem p = good(b);
+  p.seqlen_q = 1000;
+  DenseAttentionPlan plan = plan_dense_attention(p, h100, wg);
+  EXPECT_EQ(plan.kernel, DenseKernel::sm90_wgmma);
+  EXPECT_EQ(plan.block_q, 128);
+  EXPECT_EQ(plan.block_k, 128);
+  EXPECT_EQ(plan.q_blocks, 8);
+  EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 128 + 2 * 128 * 256) + 1024));
+  p.head_dim_qk = 192;  // MLA prefill: 209 KB still fits the H100's 227 KB
+  plan = plan_dense_attention(p, h100, wg);
+  EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 192 + 2 * 128 * 320) + 1024));
+  wg.block_q = 64;
+  EXPECT_THROW(plan_dense_attention(p, h100, wg), Error);
 }
 
 TEST(DensePlanner, RejectsOtherDevicesAndChoices) {

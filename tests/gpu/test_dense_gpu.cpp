@@ -170,7 +170,7 @@ Agreement forward_and_judge(DeviceOutputs& d, const DenseAttentionProblem& p, co
   return judge(d, ro, rl);
 }
 
-Agreement run_and_compare(const Shape& s, uint64_t seed, int block_q = 0, double magnitude = 1.0) {
+Agreement run_and_compare(const Shape& s, uint64_t seed, DenseChoice choice = {}, double magnitude = 1.0) {
   const HostInputs h(s, seed, magnitude);
   std::vector<double> ro, rl;
   reference(h, ro, rl);
@@ -178,13 +178,11 @@ Agreement run_and_compare(const Shape& s, uint64_t seed, int block_q = 0, double
   DeviceOutputs d(s);
   DenseAttentionProblem p = h.view(q.ptr, k.ptr, v.ptr);
   d.attach(p);
-  DenseChoice choice;
-  choice.block_q = block_q;
   return forward_and_judge(d, p, plan_dense_attention(p, DeviceInfo::from_device(0), choice), ro, rl);
 }
 
 // ---- dtype x head dims x causal x odd lengths ---------------------------------------------------
-using SweepParam = std::tuple<DType, int, bool, int>;  // dtype, Dqk, causal, L
+using SweepParam = std::tuple<DenseKernel, DType, int, bool, int>;  // kernel, dtype, Dqk, causal, L
 
 class DenseSweep : public ::testing::TestWithParam<SweepParam> {
  protected:
@@ -194,23 +192,39 @@ class DenseSweep : public ::testing::TestWithParam<SweepParam> {
 };
 
 TEST_P(DenseSweep, MatchesReference) {
-  const auto [dtype, dqk, causal, L] = GetParam();
+  const auto [kernel, dtype, dqk, causal, L] = GetParam();
   Shape s;
   s.dtype = dtype; s.B = 1; s.N = 2; s.Lq = L; s.Lk = L; s.Dqk = dqk; s.Dv = dqk == 192 ? 128 : dqk;
   s.causal = causal;
-  const Agreement a = run_and_compare(s, uint64_t(dqk) * 7919 + L * 31 + causal);
+  DenseChoice choice;
+  choice.kernel = kernel;
+  const Agreement a = run_and_compare(s, uint64_t(dqk) * 7919 + L * 31 + causal, choice);
   EXPECT_TRUE(a.ok()) << s.str() << ": " << a.summary();
 }
 
-INSTANTIATE_TEST_SUITE_P(DtypeDimsCausalLength, DenseSweep,
-                         ::testing::Combine(::testing::Values(DType::fp16, DType::bf16), ::testing::Values(64, 128, 192),
+INSTANTIATE_TEST_SUITE_P(KernelDtypeDimsCausalLength, DenseSweep,
+                         ::testing::Combine(::testing::Values(DenseKernel::sm80_mma, DenseKernel::sm90_wgmma),
+                                            ::testing::Values(DType::fp16, DType::bf16), ::testing::Values(64, 128, 192),
                                             ::testing::Bool(), ::testing::Values(1, 17, 1000, 4097)),
                          [](const auto& info) {
-                           return std::string(std::get<0>(info.param) == DType::bf16 ? "bf16" : "fp16") + "_D" +
-                                  std::to_string(std::get<1>(info.param)) +
-                                  (std::get<2>(info.param) ? "_causal" : "_full") + "_L" +
-                                  std::to_string(std::get<3>(info.param));
+                           return std::string(std::get<0>(info.param) == DenseKernel::sm80_mma ? "sm80_" : "sm90_") +
+                                  (std::get<1>(info.param) == DType::bf16 ? "bf16" : "fp16") + "_D" +
+                                  std::to_string(std::get<2>(info.param)) +
+                                  (std::get<3>(info.param) ? "_causal" : "_full") + "_L" +
+                                  std::to_string(std::get<4>(info.param));
                          });
+
+// Every kernel generation, for the tests that follow.
+const DenseKernel kKernels[] = {DenseKernel::sm80_mma, DenseKernel::sm90_wgmma};
+const char* name(DenseKernel k) {
+  return k == DenseKernel::sm80_mma ? "sm80_mma" : k == DenseKernel::sm90_wgmma ? "sm90_wgmma" : "automatic";
+}
+DenseChoice choose(DenseKernel k, int block_q = 0) {
+  DenseChoice c;
+  c.kernel = k;
+  c.block_q = block_q;
+  return c;
+}
 
 // ---- query and key lengths that differ (causal: bottom-right aligned) -------------------------
 TEST_F(Gpu, DenseDifferentQueryAndKeyLengths) {
@@ -218,8 +232,10 @@ TEST_F(Gpu, DenseDifferentQueryAndKeyLengths) {
   for (const auto& c : cases) {
     Shape s;
     s.B = 2; s.N = 2; s.Lq = c[0]; s.Lk = c[1]; s.Dqk = s.Dv = 64; s.causal = c[2];
-    const Agreement a = run_and_compare(s, 17 + c[0] + c[1]);
-    EXPECT_TRUE(a.ok()) << s.str() << ": " << a.summary();
+    for (DenseKernel kernel : kKernels) {
+      const Agreement a = run_and_compare(s, 17 + c[0] + c[1], choose(kernel));
+      EXPECT_TRUE(a.ok()) << name(kernel) << " " << s.str() << ": " << a.summary();
+    }
   }
 }
 
@@ -229,19 +245,23 @@ TEST_F(Gpu, DenseBatchAndHeadCounts) {
   for (const auto& c : cases) {
     Shape s;
     s.B = c[0]; s.N = c[1]; s.Lq = s.Lk = 130; s.Dqk = s.Dv = 64; s.causal = c[0] % 2 == 1;
-    const Agreement a = run_and_compare(s, 100 + c[0] * 7 + c[1]);
-    EXPECT_TRUE(a.ok()) << s.str() << ": " << a.summary();
+    for (DenseKernel kernel : kKernels) {
+      const Agreement a = run_and_compare(s, 100 + c[0] * 7 + c[1], choose(kernel));
+      EXPECT_TRUE(a.ok()) << name(kernel) << " " << s.str() << ": " << a.summary();
+    }
   }
 }
 
 // ---- both query tiles, the same answer -------------------------------------------------------
-TEST_F(Gpu, DenseEveryQueryTileAgrees) {
+TEST_F(Gpu, DenseEveryKernelAndQueryTileAgrees) {
   for (int dqk : {64, 128, 192})
-    for (int block_q : {64, 128}) {
+    for (DenseChoice choice : {choose(DenseKernel::sm80_mma, 64), choose(DenseKernel::sm80_mma, 128),
+                               choose(DenseKernel::sm90_wgmma), choose(DenseKernel::automatic)}) {
       Shape s;
       s.B = 1; s.N = 3; s.Lq = s.Lk = 333; s.Dqk = dqk; s.Dv = dqk == 192 ? 128 : dqk; s.causal = true;
-      const Agreement a = run_and_compare(s, 5 + dqk, block_q);
-      EXPECT_TRUE(a.ok()) << s.str() << " block_q " << block_q << ": " << a.summary();
+      const Agreement a = run_and_compare(s, 5 + dqk, choice);
+      EXPECT_TRUE(a.ok()) << s.str() << " " << name(choice.kernel) << " block_q " << choice.block_q << ": "
+                          << a.summary();
     }
 }
 
@@ -251,8 +271,10 @@ TEST_F(Gpu, DenseLargeLogits) {
   s.B = 1; s.N = 2; s.Lq = s.Lk = 300; s.Dqk = s.Dv = 128;
   for (bool causal : {false, true}) {
     s.causal = causal;
-    const Agreement a = run_and_compare(s, 71, 0, /*magnitude=*/6.0);  // logits with std ~36
-    EXPECT_TRUE(a.ok()) << s.str() << ": " << a.summary();
+    for (DenseKernel kernel : kKernels) {
+      const Agreement a = run_and_compare(s, 71, choose(kernel), /*magnitude=*/6.0);  // logits with std ~36
+      EXPECT_TRUE(a.ok()) << name(kernel) << " " << s.str() << ": " << a.summary();
+    }
   }
 }
 
@@ -281,11 +303,10 @@ TEST_F(Gpu, DenseStridedQkvAndPaddedOutputs) {
     t->row_stride = row;
   }
   d.attach(p);
-  for (int block_q : {64, 128}) {
-    DenseChoice choice;
-    choice.block_q = block_q;
+  for (DenseChoice choice : {choose(DenseKernel::sm80_mma, 64), choose(DenseKernel::sm80_mma, 128),
+                             choose(DenseKernel::sm90_wgmma)}) {
     const Agreement a = forward_and_judge(d, p, plan_dense_attention(p, DeviceInfo::from_device(0), choice), ro, rl);
-    EXPECT_TRUE(a.ok()) << "block_q " << block_q << ": " << a.summary();
+    EXPECT_TRUE(a.ok()) << name(choice.kernel) << " block_q " << choice.block_q << ": " << a.summary();
   }
 }
 
@@ -393,7 +414,7 @@ TEST_F(Gpu, DenseGpuReferenceMatchesCpuReference) {
   for (bool causal : {false, true}) {
     Shape s;
     s.dtype = causal ? DType::fp16 : DType::bf16;
-    s.B = 2; s.N = 2; s.Lq = 150; s.Lk = 1100; s.Dqk = 192; s.Dv = 128; s.causal = causal;
+    s.B = 2; s.N = 2; s.Lq = 150; s.Lk = 500; s.Dqk = 192; s.Dv = 128; s.causal = causal;
     ASSERT_TRUE(cpu_reference_is_cheap(s));
     const HostInputs h(s, 12);
     std::vector<double> cpu_o, cpu_l, gpu_o, gpu_l;

@@ -36,6 +36,7 @@ DenseCase make_case(std::string name, DType dt, int B, int N, int L, int dqk, in
 }
 
 const char* dtype_name(DType d) { return d == DType::bf16 ? "bf16" : "fp16"; }
+const char* kernel_name(DenseKernel k) { return k == DenseKernel::sm80_mma ? "fa2" : "wgmma"; }
 
 double flops(const DenseCase& c) {
   return 2.0 * c.batch * c.heads * double(c.seqlen_q) * c.seqlen_k * (c.head_dim_qk + c.head_dim_v) *
@@ -98,6 +99,8 @@ DenseResult run_case(const DenseCase& c, const DenseOptions& o, KernelTimer& tim
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DenseChoice choice;
   choice.block_q = o.block_q;
+  choice.kernel = o.kernel == "fa2" ? DenseKernel::sm80_mma : o.kernel == "wgmma" ? DenseKernel::sm90_wgmma
+                                                                                   : DenseKernel::automatic;
   r.plan = plan_dense_attention(p, DeviceInfo::from_device(device), choice);
 
   // Verify first: against the GPU reference always, the float64 CPU reference when small.
@@ -185,7 +188,8 @@ int run_dense(const DenseOptions& o) {
   bool all_ok = true;
   for (const DenseResult& r : results) {
     char cfg[32], range[40];
-    std::snprintf(cfg, sizeof cfg, "fa2 %dx%d s%d", r.plan.block_q, r.plan.block_k, r.plan.stages);
+    std::snprintf(cfg, sizeof cfg, "%s %dx%d s%d", kernel_name(r.plan.kernel), r.plan.block_q, r.plan.block_k,
+                  r.plan.stages);
     std::snprintf(range, sizeof range, "(%.1f-%.1f)", r.kernel.min_us, r.kernel.max_us);
     std::printf("%-30s %-5s %-16s %10.1f %16s %8.1f %-8s %s\n", r.c.name.c_str(), dtype_name(r.c.dtype), cfg,
                 r.kernel.median_us, range, flops(r.c) / r.kernel.median_us / 1e6, r.ok ? "yes" : "FAILED",
@@ -203,7 +207,7 @@ int run_dense(const DenseOptions& o) {
       j["cases"].push_back({{"name", r.c.name}, {"dtype", dtype_name(r.c.dtype)}, {"batch", r.c.batch},
                             {"heads", r.c.heads}, {"seqlen_q", r.c.seqlen_q}, {"seqlen_k", r.c.seqlen_k},
                             {"head_dim_qk", r.c.head_dim_qk}, {"head_dim_v", r.c.head_dim_v},
-                            {"causal", r.c.causal}, {"block_q", r.plan.block_q}, {"block_k", r.plan.block_k},
+                            {"causal", r.c.causal}, {"kernel", kernel_name(r.plan.kernel)}, {"block_q", r.plan.block_q}, {"block_k", r.plan.block_k},
                             {"median_us", r.kernel.median_us}, {"min_us", r.kernel.min_us},
                             {"max_us", r.kernel.max_us}, {"tflops", flops(r.c) / r.kernel.median_us / 1e6},
                             {"verified", r.ok}, {"rel_l2_err", r.vs_gpu_ref.rel_l2_err}, {"target", r.c.target}});

@@ -29,7 +29,8 @@ struct DenseOptions {
   int batch = 0, heads = 16, seqlen = 1024, seqlen_k = 0, head_dim = 128;
   bool causal = false;
   std::string dtype = "bf16";
-  int block_q = 0;  // plan override
+  std::string kernel = "auto";  // plan override: auto, fa2 (sm80_mma), wgmma (sm90_wgmma)
+  int block_q = 0;              // plan override
 };
 
 // Names: targets (the dense issue's table and DeepSeek's 192/128 prefill), smoke (small, odd

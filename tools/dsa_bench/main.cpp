@@ -649,7 +649,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({64, 128, 192}));
   dense->add_flag("--causal", dense_o.causal, "custom case: causal mask");
   dense->add_option("--dtype", dense_o.dtype, "custom case: bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}));
-  dense->add_option("--block-q", dense_o.block_q, "override the plan's query tile")->check(CLI::IsMember({64, 128}));
+  dense->add_option("--kernel", dense_o.kernel, "override the plan's kernel: auto, fa2 (mma.sync), wgmma")
+      ->check(CLI::IsMember({"auto", "fa2", "wgmma"}));
+  dense->add_option("--block-q", dense_o.block_q, "override the plan's query tile (fa2: 64 or 128)")
+      ->check(CLI::IsMember({64, 128}));
   CLI11_PARSE(app, argc, argv);
   try {
     if (*dense) return dsa::bench::run_dense(dense_o);
