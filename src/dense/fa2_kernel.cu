@@ -133,7 +133,9 @@ __global__ void __launch_bounds__(Fa2Tile<kDqk, kBlockQ>::kThreads)
       }
     }
 
-    online_softmax_tile<kSTiles, kOTiles, kCausal>(s, o, m, l, p, j * kBlockK, warp_row0, lane);
+    float alpha[2];
+    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
+    rescale_rows<kOTiles>(o, alpha);
 
     // O += P V, V by ldmatrix.trans.
 #pragma unroll

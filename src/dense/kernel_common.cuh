@@ -44,13 +44,14 @@ __device__ __forceinline__ void p_fragment(const float* s, int kk, uint32_t (&a)
 }
 
 // One key tile of the online softmax for this lane's two rows: scales S to base-2 logits, masks
-// keys past the sequence end and (causal) past the diagonal, turns S into P in place, rescales O
-// and updates the running max m and this lane's partial row sums l. A row that has seen no key
-// keeps m = -inf and uses 0 as its reference, so fully masked rows stay exactly 0.
-template <int kSTiles, int kOTiles, bool kCausal>
-__device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], float (&o)[4 * kOTiles], float (&m)[2],
-                                                    float (&l)[2], const DenseParams& p, int key0, int warp_row0,
-                                                    int lane) {
+// keys past the sequence end and (causal) past the diagonal, turns S into P in place, updates the
+// running max m and this lane's partial row sums l, and returns in alpha the factor the rows of O
+// must be multiplied by (rescale_rows). A row that has seen no key keeps m = -inf and uses 0 as
+// its reference, so fully masked rows stay exactly 0.
+template <int kSTiles, bool kCausal>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], float (&m)[2], float (&l)[2],
+                                                    float (&alpha)[2], const DenseParams& p, int key0,
+                                                    int warp_row0, int lane) {
   const int row_in_warp = lane / 4, col_in_tile = 2 * (lane % 4);
   const bool past_end = key0 + kSTiles * 8 > p.seqlen_k;
   const bool crosses_diagonal = kCausal && key0 + kSTiles * 8 - 1 > warp_row0 + p.causal_offset;
@@ -74,7 +75,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], flo
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float ref = mx == -INFINITY ? 0.f : mx;
-    const float alpha = ptx::exp2_approx(m[r] - ref);
+    alpha[r] = ptx::exp2_approx(m[r] - ref);
     m[r] = mx;
     float sum = 0.f;
 #pragma unroll
@@ -83,12 +84,19 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], flo
       s[4 * n + 2 * r + 1] = ptx::exp2_approx(s[4 * n + 2 * r + 1] - ref);
       sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
     }
-    l[r] = l[r] * alpha + sum;
+    l[r] = l[r] * alpha[r] + sum;
+  }
+}
+
+// O's rows times the softmax's rescale factors.
+template <int kOTiles>
+__device__ __forceinline__ void rescale_rows(float (&o)[4 * kOTiles], const float (&alpha)[2]) {
 #pragma unroll
-    for (int n = 0; n < kOTiles; ++n) {
-      o[4 * n + 2 * r] *= alpha;
-      o[4 * n + 2 * r + 1] *= alpha;
-    }
+  for (int n = 0; n < kOTiles; ++n) {
+    o[4 * n] *= alpha[0];
+    o[4 * n + 1] *= alpha[0];
+    o[4 * n + 2] *= alpha[1];
+    o[4 * n + 3] *= alpha[1];
   }
 }
 

@@ -11,8 +11,8 @@
 //   4. O += P V: P re-packed from the S accumulators as register A fragments, V as an N-major
 //      (row-major keys x Dv) descriptor; wgmma m64n{Dv}k16.
 //   5. Epilogue as generation 1: normalise, stage in the Q area, 16-byte row stores.
-// The two warpgroups run unsynchronised between barriers, so one's softmax overlaps the other's
-// matrix work; the K/V tile j+1 is in flight while tile j is computed.
+// Within a warpgroup, the softmax of tile j overlaps the tensor cores' P_{j-1} V_{j-1}; the next
+// copy group is in flight while a tile is computed.
 //
 // History (H100, dsa-bench dense, CUPTI kernel span; SDPA in the same device call; docs/perf.md).
 // Cases: B2 N8 L1024 D128 fp16 | B4 N16 L4096 D128 | B2 N16 L8192 D128 causal | B4 N16 L4096 D64.
@@ -94,22 +94,27 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   if (kCausal) k_end = max(0, min(k_end, q0 + kBlockQ + p.causal_offset));
   const int n_tiles = (k_end + kBlockK - 1) / kBlockK;
 
-  auto load_kv = [&](int tile) {
-    const int stage = tile % kStages;
-    const int rows = min(kBlockK, p.seqlen_k - tile * kBlockK);
-    load_tile<kBlockK, kQkChunks, kThreads>(sK + stage * kKBytes, k + 2 * tile * kBlockK * p.k_row_stride,
-                                            2 * p.k_row_stride, rows, Sw128<kBlockK>{});
-    load_tile<kBlockK, kVChunks, kThreads>(sV + stage * kVBytes, v + 2 * tile * kBlockK * p.v_row_stride,
-                                           2 * p.v_row_stride, rows, Sw128<kBlockK>{});
+  // K tile j and V tile j - 1 travel together (copy group j): the iteration that computes
+  // S_j = Q K_j^T also runs O += P_{j-1} V_{j-1}, so each stage buffer is free again by the
+  // barrier that precedes its refill.
+  auto load_group = [&](int j) {
+    if (j < n_tiles) {
+      const int rows = min(kBlockK, p.seqlen_k - j * kBlockK);
+      load_tile<kBlockK, kQkChunks, kThreads>(sK + (j % kStages) * kKBytes, k + 2 * j * kBlockK * p.k_row_stride,
+                                              2 * p.k_row_stride, rows, Sw128<kBlockK>{});
+    }
+    if (j >= 1 && j - 1 < n_tiles) {
+      const int rows = min(kBlockK, p.seqlen_k - (j - 1) * kBlockK);
+      load_tile<kBlockK, kVChunks, kThreads>(sV + ((j - 1) % kStages) * kVBytes,
+                                             v + 2 * (j - 1) * kBlockK * p.v_row_stride, 2 * p.v_row_stride, rows,
+                                             Sw128<kBlockK>{});
+    }
+    ptx::cp_async_commit();
   };
 
   load_tile<kBlockQ, kQkChunks, kThreads>(sQ, q + 2 * q0 * p.q_row_stride, 2 * p.q_row_stride,
                                           min(kBlockQ, p.seqlen_q - q0), Sw128<kBlockQ>{});
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_kv(s);
-    ptx::cp_async_commit();
-  }
+  load_group(0);  // with Q
 
   float o[4 * kOTiles];
 #pragma unroll
@@ -119,43 +124,72 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   const int warp_row0 = q0 + warp * 16;
   // This warpgroup's 64 rows of Q: column block b starts at b * kBlockQ * 128.
   const uint32_t sQ_wg = sQ + wg * 64 * 128;
+  float s[4 * kSTiles];          // S_j, then P_j in place
+  uint32_t pa[kBlockK / 16][4];  // P_{j-1} as A fragments, read by the O wgmma in flight
 
-  for (int j = 0; j < n_tiles; ++j) {
-    ptx::cp_async_wait<kStages - 2>();
+  auto next_group = [&](int j) {  // wait for copy group j, then request group j + 1
+    ptx::cp_async_wait<0>();
     wgmma::fence_proxy_async_smem();  // cp.async wrote through the generic proxy; wgmma reads async
     __syncthreads();
-    if (j + kStages - 1 < n_tiles) load_kv(j + kStages - 1);
-    ptx::cp_async_commit();
-
+    if (j + 1 <= n_tiles) load_group(j + 1);
+  };
+  auto issue_s = [&](int j) {  // S_j = Q K_j^T, one wgmma group
     const uint32_t sKj = sK + (j % kStages) * kKBytes;
-    const uint32_t sVj = sV + (j % kStages) * kVBytes;
-
-    // S = Q K^T: 64 rows x 128 keys per warpgroup, k-steps of 16 over Dqk.
-    float s[4 * kSTiles];
-    wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kDqk / 16; ++kk) {
-      const uint32_t col = (kk / 4) * 1, koff = (kk % 4) * 32;
+      const uint32_t col = kk / 4, koff = (kk % 4) * 32;
       const uint64_t da = wgmma::desc_sw128(sQ_wg + col * kBlockQ * 128 + koff, 16, 1024);
       const uint64_t db = wgmma::desc_sw128(sKj + col * kBlockK * 128 + koff, 16, 1024);
       WS::ss(s, da, db, kk > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(s);
-
-    online_softmax_tile<kSTiles, kOTiles, kCausal>(s, o, m, l, p, j * kBlockK, warp_row0, lane);
-
-    // O += P V: V rows are keys (the k dimension), Dv contiguous (N-major); a k-step covers 16
-    // keys = two 8-row groups 1024 B apart (stride), column blocks of 64 Dv kBlockK * 128 B apart.
-    uint32_t pa[kBlockK / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) p_fragment<Elem>(s, kk, pa[kk]);
-    wgmma::fence();
+  };
+  auto issue_pv = [&](int j) {  // O += P_j V_j, one wgmma group
+    // V rows are keys (the k dimension), Dv contiguous (N-major): a k-step covers 16 keys = two
+    // 8-row groups 1024 B apart; column blocks of 64 Dv sit kBlockK * 128 B apart.
+    const uint32_t sVj = sV + (j % kStages) * kVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk)
       WO::rs(o, pa[kk], wgmma::desc_sw128(sVj + kk * 16 * 128, kBlockK * 128, 1024), 1);
     wgmma::commit();
+  };
+  auto to_fragments = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) p_fragment<Elem>(s, kk, pa[kk]);
+  };
+
+  // Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back; the softmax of S_j runs
+  // while the tensor cores still work on P_{j-1} V_{j-1} (FlashAttention-3's intra-warpgroup
+  // overlap), and O is rescaled once that product has landed. The first and last iterations are
+  // peeled so the compiler sees one unconditional wgmma pipeline.
+  if (n_tiles > 0) {
+    next_group(0);
+    wgmma::fence();
+    issue_s(0);
+    wgmma::wait<0>();
+    wgmma::pin(s);
+    float alpha[2];
+    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, 0, warp_row0, lane);
+    to_fragments();
+  }
+  for (int j = 1; j < n_tiles; ++j) {
+    next_group(j);
+    wgmma::fence();
+    issue_s(j);
+    issue_pv(j - 1);
+    wgmma::wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
+    wgmma::pin(s);
+    float alpha[2];
+    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
+    wgmma::wait<0>();
+    wgmma::pin(o);
+    rescale_rows<kOTiles>(o, alpha);
+    to_fragments();
+  }
+  if (n_tiles > 0) {
+    next_group(n_tiles);
+    wgmma::fence();
+    issue_pv(n_tiles - 1);
     wgmma::wait<0>();
     wgmma::pin(o);
   }
