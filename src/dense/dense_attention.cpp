@@ -146,13 +146,17 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
   if (plan.kernel == DenseKernel::sm90_wgmma) {
     plan.block_q = 128;
     plan.warps = 8;
+    auto take = [&](auto tile) {
+      using Tile = decltype(tile);
+      plan.smem_bytes = Tile::smem_bytes(p.head_dim_v);
+      plan.block_k = Tile::kBlockK;
+      plan.stages = Tile::kStages;
+    };
     switch (p.head_dim_qk) {
-      case 64: plan.smem_bytes = detail::WgmmaTile<64>::smem_bytes(p.head_dim_v); break;
-      case 128: plan.smem_bytes = detail::WgmmaTile<128>::smem_bytes(p.head_dim_v); break;
-      default: plan.smem_bytes = detail::WgmmaTile<192>::smem_bytes(p.head_dim_v); break;
+      case 64: take(detail::WgmmaTile<64>{}); break;
+      case 128: take(detail::WgmmaTile<128>{}); break;
+      default: take(detail::WgmmaTile<192>{}); break;
     }
-    plan.block_k = detail::WgmmaTile<128>::kBlockK;
-    plan.stages = detail::WgmmaTile<128>::kStages;
   } else {
     // 128-row tiles (8 warps) unless that leaves SMs idle: then 64-row tiles double the CTAs.
     int block_q = choice.block_q;

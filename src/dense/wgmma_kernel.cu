@@ -95,15 +95,16 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   const int n_tiles = (k_end + kBlockK - 1) / kBlockK;
 
   // K tile j and V tile j - 1 travel together (copy group j): the iteration that computes
-  // S_j = Q K_j^T also runs O += P_{j-1} V_{j-1}, so each stage buffer is free again by the
-  // barrier that precedes its refill.
+  // S_j = Q K_j^T also runs O += P_{j-1} V_{j-1}. Group j + kStages - 1 is requested after the
+  // barrier of iteration j, into the K stage of tile j - 1 (its S finished in iteration j - 1) and
+  // the V stage of tile j - 2 (its product finished in iteration j - 1).
   auto load_group = [&](int j) {
     if (j < n_tiles) {
       const int rows = min(kBlockK, p.seqlen_k - j * kBlockK);
       load_tile<kBlockK, kQkChunks, kThreads>(sK + (j % kStages) * kKBytes, k + 2 * j * kBlockK * p.k_row_stride,
                                               2 * p.k_row_stride, rows, Sw128<kBlockK>{});
     }
-    if (j >= 1 && j - 1 < n_tiles) {
+    if (j >= 1 && j <= n_tiles) {
       const int rows = min(kBlockK, p.seqlen_k - (j - 1) * kBlockK);
       load_tile<kBlockK, kVChunks, kThreads>(sV + ((j - 1) % kStages) * kVBytes,
                                              v + 2 * (j - 1) * kBlockK * p.v_row_stride, 2 * p.v_row_stride, rows,
@@ -114,7 +115,8 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
 
   load_tile<kBlockQ, kQkChunks, kThreads>(sQ, q + 2 * q0 * p.q_row_stride, 2 * p.q_row_stride,
                                           min(kBlockQ, p.seqlen_q - q0), Sw128<kBlockQ>{});
-  load_group(0);  // with Q
+#pragma unroll
+  for (int g = 0; g < kStages - 1; ++g) load_group(g);  // group 0 with Q
 
   float o[4 * kOTiles];
 #pragma unroll
@@ -127,11 +129,11 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   float s[4 * kSTiles];          // S_j, then P_j in place
   uint32_t pa[kBlockK / 16][4];  // P_{j-1} as A fragments, read by the O wgmma in flight
 
-  auto next_group = [&](int j) {  // wait for copy group j, then request group j + 1
-    ptx::cp_async_wait<0>();
+  auto next_group = [&](int j) {  // wait for copy group j, then request group j + kStages - 1
+    ptx::cp_async_wait<kStages - 2>();
     wgmma::fence_proxy_async_smem();  // cp.async wrote through the generic proxy; wgmma reads async
     __syncthreads();
-    if (j + 1 <= n_tiles) load_group(j + 1);
+    load_group(j + kStages - 1);  // commits an empty group past the end: the counting stays uniform
   };
   auto issue_s = [&](int j) {  // S_j = Q K_j^T, one wgmma group
     const uint32_t sKj = sK + (j % kStages) * kKBytes;
