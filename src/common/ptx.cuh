@@ -84,6 +84,16 @@ __device__ __forceinline__ void wait_prerequisites() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
+// Named barrier `id` over `count` threads: wait until all have arrived (this thread included).
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Named barrier `id` over `count` threads: count this thread's warp as arrived, do not wait.
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 // 2^x with the hardware approximation (the kernels work in base 2 throughout).
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

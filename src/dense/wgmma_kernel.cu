@@ -1,25 +1,37 @@
-// Dense attention forward, generation 2: Hopper warpgroup MMA (wgmma, sm_90a).
+// Dense attention forward, generation 2: Hopper warpgroup MMA (wgmma, sm_90a), TMA, mbarriers.
 //
 // One CTA = 128 query rows of one (batch, head) = two warpgroups of 64 rows; each warp still
 // owns 16 rows, so the online softmax is generation 1's, unchanged (kernel_common.cuh).
-//   1. Q and K/V tiles (128 keys) arrive by 16-byte cp.async into the 128-byte-swizzled layout
-//      wgmma reads: a tile of R rows x D columns is stored as D/64 column blocks of R rows x 128 B,
-//      16-byte chunk c of row r at chunk c ^ (r & 7), every block 1024-byte aligned.
-//   2. S = Q K^T: wgmma m64n128k16 with both operands in shared memory (K-major descriptors; the
+//   1. Thread 0 is also the producer: it requests Q and then copy groups (K tile j with V tile
+//      j - 1, 128 keys each) by TMA into the 128-byte-swizzled layout wgmma reads (a tile of R rows
+//      x D columns = D/64 column blocks of R x 128 B, chunk c of row r at c ^ (r & 7), 1024-byte
+//      aligned); each stage has a "full" mbarrier (TMA bytes) and an "empty" one (one arrival
+//      per consumer warp once the stage's tiles are no longer read). Rows past the end arrive as
+//      zeros (TMA bounds).
+//   2. S = Q K^T: wgmma m64n128k16, both operands in shared memory (K-major descriptors; the
 //      k-step moves the start address 32 B inside the swizzled row).
 //   3. Mask and online softmax in registers (base 2).
 //   4. O += P V: P re-packed from the S accumulators as register A fragments, V as an N-major
 //      (row-major keys x Dv) descriptor; wgmma m64n{Dv}k16.
 //   5. Epilogue as generation 1: normalise, stage in the Q area, 16-byte row stores.
-// Within a warpgroup, the softmax of tile j overlaps the tensor cores' P_{j-1} V_{j-1}; the next
-// copy group is in flight while a tile is computed.
+// Overlap (FlashAttention-3's two ideas): within a warpgroup, the softmax of tile j runs while the
+// tensor cores do P_{j-1} V_{j-1}; between the two warpgroups, named barriers alternate who
+// issues its matrix products ("ping-pong"), so one warpgroup's softmax hides under the other's.
 //
-// History (H100, dsa-bench dense, CUPTI kernel span; SDPA in the same device call; docs/perf.md).
-// Cases: B2 N8 L1024 D128 fp16 | B4 N16 L4096 D128 | B2 N16 L8192 D128 causal | B4 N16 L4096 D64.
-//   (filled in as measured)
+// History (H100, dsa-bench dense, CUPTI kernel span; SDPA default in the same device call;
+// docs/perf.md has the tables). TF/s for: B2 N8 L1024 D128 fp16 | B4 N16 L4096 D128 |
+// B2 N16 L8192 D128 causal | B4 N16 L4096 D64 (bf16 unless named).
+//   v1 f12b963  287 | 374 | 336 | 296   cp.async by all threads, barrier per tile, serial S/softmax/PV
+//   v2 8c0c6f3  305 | 410 | 356 | 297   softmax of tile j overlaps P_{j-1} V_{j-1}
+//   v3 d44896a  300 | 394 | 351 | 276   three cp.async stages: slower (issue-bound, not memory)
+//   SDPA default, same runs: 205-258 | 645-652 | 584-591 | 444-459
 #include <cmath>
 #include <cstdint>
+#include <string>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -62,14 +74,37 @@ struct Sw128 {
   }
 };
 
+// Tensor maps of q, k and v: 4-D (D, L, N, B) views, boxes of 64 columns x 128 rows.
+struct DenseTensorMaps {
+  CUtensorMap q, k, v;
+};
+
+// Blocks until the mbarrier at `bar` has completed the phase with parity `parity`.
+__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+
+// One TMA request per 64-column block of a rows x D tile at (row0, head, batch).
+template <int kD, int kRows>
+__device__ __forceinline__ void tma_tile(uint8_t* dst, const CUtensorMap* map, int row0, int head, int batch,
+                                         uint64_t* bar) {
+#pragma unroll
+  for (int b = 0; b < kD / 64; ++b) {
+    const int32_t coords[4] = {b * 64, row0, head, batch};
+    cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst + b * kRows * 128, map,
+                                    coords, bar);
+  }
+}
+
 template <typename Elem, int kDqk, int kDv, bool kCausal>
-__global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_kernel(const DenseParams p) {
+__global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
+    wgmma_forward_kernel(const DenseParams p, const __grid_constant__ DenseTensorMaps maps) {
   using Tile = WgmmaTile<kDqk>;
   constexpr int kBlockQ = Tile::kBlockQ, kBlockK = Tile::kBlockK, kStages = Tile::kStages;
-  constexpr int kThreads = Tile::kThreads;
-  constexpr int kQkChunks = kDqk / 8, kVChunks = kDv / 8;
-  constexpr int kSTiles = kBlockK / 8, kOTiles = kDv / 8;
+  constexpr int kSTiles = kBlockK / 8, kOTiles = kDv / 8, kVChunks = kDv / 8;
   constexpr uint32_t kQBytes = kBlockQ * kDqk * 2, kKBytes = kBlockK * kDqk * 2, kVBytes = kBlockK * kDv * 2;
+  constexpr int kConsumerWarps = Tile::kWarps;
   using WS = Wgmma<Elem, kBlockK>;
   using WO = Wgmma<Elem, kDv>;
 
@@ -79,44 +114,53 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   uint8_t* smem = smem_raw + (sQ - raw);
   const uint32_t sK = sQ + kQBytes;
   const uint32_t sV = sK + kStages * kKBytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kQBytes + kStages * (kKBytes + kVBytes));
+  uint64_t* q_full = bars;
+  uint64_t* full = bars + 1;             // [kStages]: the stage's TMA bytes have landed
+  uint64_t* empty = bars + 1 + kStages;  // [kStages]: every consumer warp is done with the stage
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;  // warpgroup: query rows [64 wg, 64 wg + 64) of the tile
   const int q_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y, batch = blockIdx.z;
   const int q0 = q_block * kBlockQ;
-
-  const char* q = static_cast<const char*>(p.q) + 2 * (batch * p.q_batch_stride + head * p.q_head_stride);
-  const char* k = static_cast<const char*>(p.k) + 2 * (batch * p.k_batch_stride + head * p.k_head_stride);
-  const char* v = static_cast<const char*>(p.v) + 2 * (batch * p.v_batch_stride + head * p.v_head_stride);
+  const bool producer = threadIdx.x == 0;
 
   int k_end = p.seqlen_k;
   if (kCausal) k_end = max(0, min(k_end, q0 + kBlockQ + p.causal_offset));
   const int n_tiles = (k_end + kBlockK - 1) / kBlockK;
 
-  // K tile j and V tile j - 1 travel together (copy group j): the iteration that computes
-  // S_j = Q K_j^T also runs O += P_{j-1} V_{j-1}. Group j + kStages - 1 is requested after the
-  // barrier of iteration j, into the K stage of tile j - 1 (its S finished in iteration j - 1) and
-  // the V stage of tile j - 2 (its product finished in iteration j - 1).
-  auto load_group = [&](int j) {
-    if (j < n_tiles) {
-      const int rows = min(kBlockK, p.seqlen_k - j * kBlockK);
-      load_tile<kBlockK, kQkChunks, kThreads>(sK + (j % kStages) * kKBytes, k + 2 * j * kBlockK * p.k_row_stride,
-                                              2 * p.k_row_stride, rows, Sw128<kBlockK>{});
+  if (producer) {
+    cuda::ptx::mbarrier_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      cuda::ptx::mbarrier_init(&full[s], 1);
+      cuda::ptx::mbarrier_init(&empty[s], kConsumerWarps);
     }
-    if (j >= 1 && j <= n_tiles) {
-      const int rows = min(kBlockK, p.seqlen_k - (j - 1) * kBlockK);
-      load_tile<kBlockK, kVChunks, kThreads>(sV + ((j - 1) % kStages) * kVBytes,
-                                             v + 2 * (j - 1) * kBlockK * p.v_row_stride, 2 * p.v_row_stride, rows,
-                                             Sw128<kBlockK>{});
-    }
-    ptx::cp_async_commit();
-  };
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+  __syncthreads();
 
-  load_tile<kBlockQ, kQkChunks, kThreads>(sQ, q + 2 * q0 * p.q_row_stride, 2 * p.q_row_stride,
-                                          min(kBlockQ, p.seqlen_q - q0), Sw128<kBlockQ>{});
-#pragma unroll
-  for (int g = 0; g < kStages - 1; ++g) load_group(g);  // group 0 with Q
+  // Copy group g = K tile g (g < n_tiles) and V tile g - 1 (1 <= g <= n_tiles), both in stage
+  // g % kStages. The producer first waits for the consumers to release group g - kStages.
+  auto request_group = [&](int g) {
+    if (g > n_tiles) return;
+    const int stage = g % kStages;
+    if (g >= kStages) wait_phase(&empty[stage], ((g / kStages) - 1) & 1);
+    const uint32_t bytes = (g < n_tiles ? kKBytes : 0) + (g >= 1 ? kVBytes : 0);
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                         &full[stage], bytes);
+    if (g < n_tiles)
+      tma_tile<kDqk, kBlockK>(smem + kQBytes + stage * kKBytes, &maps.k, g * kBlockK, head, batch, &full[stage]);
+    if (g >= 1)
+      tma_tile<kDv, kBlockK>(smem + kQBytes + kStages * kKBytes + stage * kVBytes, &maps.v, (g - 1) * kBlockK, head,
+                             batch, &full[stage]);
+  };
+  if (producer) {
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                         q_full, kQBytes);
+    tma_tile<kDqk, kBlockQ>(smem, &maps.q, q0, head, batch, q_full);
+    for (int g = 0; g < kStages - 1; ++g) request_group(g);
+  }
 
   float o[4 * kOTiles];
 #pragma unroll
@@ -129,11 +173,19 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   float s[4 * kSTiles];          // S_j, then P_j in place
   uint32_t pa[kBlockK / 16][4];  // P_{j-1} as A fragments, read by the O wgmma in flight
 
-  auto next_group = [&](int j) {  // wait for copy group j, then request group j + kStages - 1
-    ptx::cp_async_wait<kStages - 2>();
-    wgmma::fence_proxy_async_smem();  // cp.async wrote through the generic proxy; wgmma reads async
-    __syncthreads();
-    load_group(j + kStages - 1);  // commits an empty group past the end: the counting stays uniform
+  // Ping-pong: warpgroup w issues its matrix products after bar.sync(1 + w) and then lets the
+  // other one go (bar.arrive); warpgroup 1 opens the first turn for warpgroup 0.
+  auto my_turn = [&] { ptx::named_barrier_sync(1 + wg, 2 * 128); };
+  auto your_turn = [&] { ptx::named_barrier_arrive(2 - wg, 2 * 128); };
+  if (wg == 1) your_turn();
+
+  auto begin_iteration = [&](int j) {  // producer refills, then everyone waits for group j
+    if (producer) request_group(j + kStages - 1);
+    wait_phase(&full[j % kStages], (j / kStages) & 1);
+  };
+  auto end_iteration = [&](int j) {  // this warp no longer reads group j's stage
+    __syncwarp();
+    if (lane == 0) cuda::ptx::mbarrier_arrive(&empty[j % kStages]);
   };
   auto issue_s = [&](int j) {  // S_j = Q K_j^T, one wgmma group
     const uint32_t sKj = sK + (j % kStages) * kKBytes;
@@ -146,13 +198,13 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
     }
     wgmma::commit();
   };
-  auto issue_pv = [&](int j) {  // O += P_j V_j, one wgmma group
+  auto issue_pv = [&](int g) {  // O += P V with V of copy group g, one wgmma group
     // V rows are keys (the k dimension), Dv contiguous (N-major): a k-step covers 16 keys = two
     // 8-row groups 1024 B apart; column blocks of 64 Dv sit kBlockK * 128 B apart.
-    const uint32_t sVj = sV + (j % kStages) * kVBytes;
+    const uint32_t sVg = sV + (g % kStages) * kVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk)
-      WO::rs(o, pa[kk], wgmma::desc_sw128(sVj + kk * 16 * 128, kBlockK * 128, 1024), 1);
+      WO::rs(o, pa[kk], wgmma::desc_sw128(sVg + kk * 16 * 128, kBlockK * 128, 1024), 1);
     wgmma::commit();
   };
   auto to_fragments = [&] {
@@ -161,46 +213,57 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   };
 
   // Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back; the softmax of S_j runs
-  // while the tensor cores still work on P_{j-1} V_{j-1} (FlashAttention-3's intra-warpgroup
-  // overlap), and O is rescaled once that product has landed. The first and last iterations are
-  // peeled so the compiler sees one unconditional wgmma pipeline.
+  // while the tensor cores still work on P_{j-1} V_{j-1}, and O is rescaled once that product has
+  // landed. The first and last iterations are peeled so the compiler sees one unconditional
+  // wgmma pipeline.
   if (n_tiles > 0) {
-    next_group(0);
+    wait_phase(q_full, 0);
+    begin_iteration(0);
+    my_turn();
     wgmma::fence();
     issue_s(0);
+    your_turn();
     wgmma::wait<0>();
     wgmma::pin(s);
     float alpha[2];
     online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, 0, warp_row0, lane);
     to_fragments();
+    end_iteration(0);
   }
   for (int j = 1; j < n_tiles; ++j) {
-    next_group(j);
+    begin_iteration(j);
+    my_turn();
     wgmma::fence();
     issue_s(j);
-    issue_pv(j - 1);
+    issue_pv(j);
+    your_turn();
     wgmma::wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
     wgmma::pin(s);
     float alpha[2];
     online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
     wgmma::wait<0>();
     wgmma::pin(o);
+    end_iteration(j);
     rescale_rows<kOTiles>(o, alpha);
     to_fragments();
   }
   if (n_tiles > 0) {
-    next_group(n_tiles);
+    begin_iteration(n_tiles);
+    my_turn();
     wgmma::fence();
-    issue_pv(n_tiles - 1);
+    issue_pv(n_tiles);
+    your_turn();
     wgmma::wait<0>();
     wgmma::pin(o);
+    end_iteration(n_tiles);
   }
+  if (wg == 0) my_turn();  // consumes warpgroup 1's last your_turn()
 
-  ptx::cp_async_wait<0>();
-  __syncthreads();
+  // Q has landed even when there was no tile (its bytes must not arrive over the staged rows).
+  wait_phase(q_full, 0);
 
-  // Epilogue: stage this warp's 16 rows in its own rows of the Q area (no other warp reads them
-  // any more), then 16-byte row stores.
+  // Epilogue: stage this warp's 16 rows in its own rows of the Q area (this warpgroup's wgmmas
+  // have completed and the other one never reads them), then 16-byte row stores.
   float inv[2], lse[2];
   finish_rows(m, l, inv, lse);
   const int staged_row0 = warp * 16;
@@ -217,33 +280,70 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1) wgmma_forward_ke
   store_rows<kVChunks>(smem, staged_offset, p, batch, head, warp_row0, lane, lse);
 }
 
+// cuTensorMapEncodeTiled from the driver, found once through the runtime (no libcuda link).
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    DSA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || f == nullptr)
+      throw Error("the driver has no cuTensorMapEncodeTiled (needs CUDA 12.0 or newer)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A (D, L, N, B) tensor with the given element strides, read in 64-column x box_rows boxes into
+// 128-byte-swizzled shared memory; rows past L read as zeros.
+CUtensorMap tensor_map(const void* base, DType dtype, int dim, int rows, int heads, int batch, int64_t row_stride,
+                       int64_t head_stride, int64_t batch_stride, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {cuuint64_t(dim), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t strides[3] = {cuuint64_t(row_stride) * 2, cuuint64_t(head_stride) * 2, cuuint64_t(batch_stride) * 2};
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode_tiled()(&map, dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                    4, const_cast<void*>(base), dims, strides, box, element_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw Error("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r)));
+  return map;
+}
+
 template <typename Elem, int kDqk, int kDv, bool kCausal>
-void launch(const DenseParams& p, int q_blocks, cudaStream_t stream) {
+void launch(const DenseParams& p, DType dtype, int q_blocks, cudaStream_t stream) {
   using Tile = WgmmaTile<kDqk>;
   constexpr int kSmem = Tile::smem_bytes(kDv);
   auto kernel = wgmma_forward_kernel<Elem, kDqk, kDv, kCausal>;
   static const cudaError_t configured =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   DSA_CUDA_CHECK(configured);
+  DenseTensorMaps maps;
+  maps.q = tensor_map(p.q, dtype, kDqk, p.seqlen_q, p.num_heads, p.batch, p.q_row_stride, p.q_head_stride,
+                      p.q_batch_stride, Tile::kBlockQ);
+  maps.k = tensor_map(p.k, dtype, kDqk, p.seqlen_k, p.num_heads, p.batch, p.k_row_stride, p.k_head_stride,
+                      p.k_batch_stride, Tile::kBlockK);
+  maps.v = tensor_map(p.v, dtype, kDv, p.seqlen_k, p.num_heads, p.batch, p.v_row_stride, p.v_head_stride,
+                      p.v_batch_stride, Tile::kBlockK);
   const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p);
+  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p, maps);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename Elem, int kDqk, int kDv>
-void launch_causal(const DenseParams& p, bool causal, int q_blocks, cudaStream_t stream) {
+void launch_causal(const DenseParams& p, DType dtype, bool causal, int q_blocks, cudaStream_t stream) {
   if (causal)
-    launch<Elem, kDqk, kDv, true>(p, q_blocks, stream);
+    launch<Elem, kDqk, kDv, true>(p, dtype, q_blocks, stream);
   else
-    launch<Elem, kDqk, kDv, false>(p, q_blocks, stream);
+    launch<Elem, kDqk, kDv, false>(p, dtype, q_blocks, stream);
 }
 
 template <typename Elem>
-void launch_dims(const DenseParams& p, int dqk, bool causal, int q_blocks, cudaStream_t stream) {
+void launch_dims(const DenseParams& p, DType dtype, int dqk, bool causal, int q_blocks, cudaStream_t stream) {
   switch (dqk) {
-    case 64: return launch_causal<Elem, 64, 64>(p, causal, q_blocks, stream);
-    case 128: return launch_causal<Elem, 128, 128>(p, causal, q_blocks, stream);
-    default: return launch_causal<Elem, 192, 128>(p, causal, q_blocks, stream);
+    case 64: return launch_causal<Elem, 64, 64>(p, dtype, causal, q_blocks, stream);
+    case 128: return launch_causal<Elem, 128, 128>(p, dtype, causal, q_blocks, stream);
+    default: return launch_causal<Elem, 192, 128>(p, dtype, causal, q_blocks, stream);
   }
 }
 
@@ -252,9 +352,9 @@ void launch_dims(const DenseParams& p, int dqk, bool causal, int q_blocks, cudaS
 void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks,
                           cudaStream_t stream) {
   if (dtype == DType::bf16)
-    launch_dims<__nv_bfloat16>(p, head_dim_qk, causal, q_blocks, stream);
+    launch_dims<__nv_bfloat16>(p, dtype, head_dim_qk, causal, q_blocks, stream);
   else
-    launch_dims<__half>(p, head_dim_qk, causal, q_blocks, stream);
+    launch_dims<__half>(p, dtype, head_dim_qk, causal, q_blocks, stream);
 }
 
 }  // namespace dsa::detail
