@@ -43,7 +43,7 @@ struct DenseAttentionProblem {
   int head_dim_qk = 0;      // 64, 128 or 192
   int head_dim_v = 0;       // = head_dim_qk, or 128 when head_dim_qk is 192
   bool causal = false;
-  float scale = 0.f;        // e.g. 1/sqrt(head_dim_qk)
+  float scale = 0.f;        // finite, non-zero; e.g. 1/sqrt(head_dim_qk)
 
   DenseTensor q, k, v;      // [B, N, Lq, Dqk], [B, N, Lk, Dqk], [B, N, Lk, Dv]
   void* out = nullptr;      // [B, N, Lq, Dv], same dtype

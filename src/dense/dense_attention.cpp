@@ -98,7 +98,7 @@ bool same_shape(const DenseAttentionProblem& p, const DenseAttentionPlan& plan) 
 
 void validate(const DenseAttentionProblem& p) {
   validate_shape(p);
-  if (!std::isfinite(p.scale)) fail("scale", "must be finite");
+  if (!std::isfinite(p.scale) || p.scale == 0.f) fail("scale", "must be finite and non-zero");
   require_pointer(p.q.data, "q", 16);
   require_pointer(p.k.data, "k", 16);
   require_pointer(p.v.data, "v", 16);

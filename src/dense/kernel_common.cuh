@@ -43,54 +43,66 @@ __device__ __forceinline__ void p_fragment(const float* s, int kk, uint32_t (&a)
   a[3] = ElemOps<Elem>::pack(t[6], t[7]);
 }
 
-// One key tile of the online softmax for this lane's two rows: scales S to base-2 logits, masks
-// keys past the sequence end and (causal) past the diagonal, turns S into P in place, updates the
-// running max m and this lane's partial row sums l, and returns in alpha the factor the rows of O
-// must be multiplied by (rescale_rows). A row that has seen no key keeps m = -inf and uses 0 as
-// its reference, so fully masked rows stay exactly 0.
+// One key tile of the online softmax for this lane's two rows: masks keys past the sequence end
+// and (causal) past the diagonal, turns the raw scores S into P in place, updates the running max
+// m (base-2 logit units) and this lane's partial row sums l, and returns in alpha the factor the
+// rows of O must be multiplied by (rescale_rows). The scale is folded into the exponent's FFMA:
+// the row max is taken on raw scores (their min when the scale is negative). A row that has seen
+// no key keeps m = -inf and uses 0 as its reference, so fully masked rows stay exactly 0.
 template <int kSTiles, bool kCausal>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], float (&m)[2], float (&l)[2],
                                                     float (&alpha)[2], const DenseParams& p, int key0,
                                                     int warp_row0, int lane) {
+  const float scale = p.scale_log2;
+  const bool negative = scale < 0.f;  // uniform
   const int row_in_warp = lane / 4, col_in_tile = 2 * (lane % 4);
   const bool past_end = key0 + kSTiles * 8 > p.seqlen_k;
   const bool crosses_diagonal = kCausal && key0 + kSTiles * 8 - 1 > warp_row0 + p.causal_offset;
+  if (past_end || crosses_diagonal) {
+    const float masked = negative ? INFINITY : -INFINITY;  // scaled, either gives -inf
 #pragma unroll
-  for (int n = 0; n < kSTiles; ++n)
+    for (int n = 0; n < kSTiles; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float& x = s[4 * n + e];
-      x *= p.scale_log2;
-      if (past_end || crosses_diagonal) {
+      for (int e = 0; e < 4; ++e) {
         const int key = key0 + n * 8 + col_in_tile + (e & 1);
         const int row = warp_row0 + row_in_warp + (e / 2) * 8;
-        if (key >= p.seqlen_k || (kCausal && key > row + p.causal_offset)) x = -INFINITY;
+        if (key >= p.seqlen_k || (kCausal && key > row + p.causal_offset)) s[4 * n + e] = masked;
       }
-    }
+  }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = m[r];
+    float top = negative ? INFINITY : -INFINITY;
+    if (!negative) {
 #pragma unroll
-    for (int n = 0; n < kSTiles; ++n) mx = fmaxf(mx, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      for (int n = 0; n < kSTiles; ++n) top = fmaxf(top, fmaxf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
+      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+      top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+    } else {
+#pragma unroll
+      for (int n = 0; n < kSTiles; ++n) top = fminf(top, fminf(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]));
+      top = fminf(top, __shfl_xor_sync(0xffffffffu, top, 1));
+      top = fminf(top, __shfl_xor_sync(0xffffffffu, top, 2));
+    }
+    const float mx = fmaxf(m[r], top * scale);
     const float ref = mx == -INFINITY ? 0.f : mx;
     alpha[r] = ptx::exp2_approx(m[r] - ref);
     m[r] = mx;
     float sum = 0.f;
 #pragma unroll
     for (int n = 0; n < kSTiles; ++n) {
-      s[4 * n + 2 * r] = ptx::exp2_approx(s[4 * n + 2 * r] - ref);
-      s[4 * n + 2 * r + 1] = ptx::exp2_approx(s[4 * n + 2 * r + 1] - ref);
+      s[4 * n + 2 * r] = ptx::exp2_approx(fmaf(s[4 * n + 2 * r], scale, -ref));
+      s[4 * n + 2 * r + 1] = ptx::exp2_approx(fmaf(s[4 * n + 2 * r + 1], scale, -ref));
       sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
     }
     l[r] = l[r] * alpha[r] + sum;
   }
 }
 
-// O's rows times the softmax's rescale factors.
+// O's rows times the softmax's rescale factors; skipped when no row of the warp moved its max
+// (most tiles once the running max has settled).
 template <int kOTiles>
 __device__ __forceinline__ void rescale_rows(float (&o)[4 * kOTiles], const float (&alpha)[2]) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
   for (int n = 0; n < kOTiles; ++n) {
     o[4 * n] *= alpha[0];

@@ -176,6 +176,7 @@ TEST(DenseValidate, NamesEachBadArgument) {
   expect_error_naming(with([](auto& p) { p.seqlen_q = -3; }), "seqlen_q");
   expect_error_naming(with([](auto& p) { p.seqlen_k = 0; }), "seqlen_k");
   expect_error_naming(with([](auto& p) { p.scale = NAN; }), "scale");
+  expect_error_naming(with([](auto& p) { p.scale = 0.f; }), "scale: must be finite and non-zero");
   expect_error_naming(with([](auto& p) { p.dtype = static_cast<DType>(7); }), "dtype");
   expect_error_naming(with([](auto& p) { p.q.row_stride = 100; }), "q.row_stride");
   expect_error_naming(with([](auto& p) { p.k.head_stride = -8; }), "k.head_stride");

@@ -278,6 +278,24 @@ TEST_F(Gpu, DenseLargeLogits) {
   }
 }
 
+// ---- a negative scale: the row max becomes a min of the raw scores ----------------------------
+TEST_F(Gpu, DenseNegativeScale) {
+  Shape s;
+  s.B = 1; s.N = 2; s.Lq = s.Lk = 200; s.Dqk = s.Dv = 64; s.causal = true;
+  HostInputs h(s, 72, /*magnitude=*/3.0);
+  h.scale = -h.scale;
+  std::vector<double> ro, rl;
+  reference(h, ro, rl);
+  DeviceBuffer<uint16_t> q(h.q), k(h.k), v(h.v);
+  DeviceOutputs d(s);
+  DenseAttentionProblem p = h.view(q.ptr, k.ptr, v.ptr);
+  d.attach(p);
+  for (DenseKernel kernel : kKernels) {
+    const Agreement a = forward_and_judge(d, p, plan_dense_attention(p, DeviceInfo::from_device(0), choose(kernel)), ro, rl);
+    EXPECT_TRUE(a.ok()) << name(kernel) << ": " << a.summary();
+  }
+}
+
 // ---- q, k, v sliced out of one fused [B, L, 3, N, D] projection; padded out and lse ------------
 TEST_F(Gpu, DenseStridedQkvAndPaddedOutputs) {
   Shape s;
