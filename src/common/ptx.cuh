@@ -94,6 +94,17 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Warpgroup-wide register budget change (sm_90a): producers give registers back, consumers take
+// them. Needs a register cap at kernel entry (__launch_bounds__(threads, 1)).
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 // 2^x with the hardware approximation (the kernels work in base 2 throughout).
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

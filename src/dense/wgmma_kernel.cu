@@ -2,7 +2,7 @@
 //
 // One CTA = 128 query rows of one (batch, head) = two warpgroups of 64 rows; each warp still
 // owns 16 rows, so the online softmax is generation 1's, unchanged (kernel_common.cuh).
-//   1. Thread 0 is also the producer: it requests Q and then copy groups (K tile j with V tile
+//   1. A producer warpgroup (one lane) requests Q and then copy groups (K tile j with V tile
 //      j - 1, 128 keys each) by TMA into the 128-byte-swizzled layout wgmma reads (a tile of R rows
 //      x D columns = D/64 column blocks of R x 128 B, chunk c of row r at c ^ (r & 7), 1024-byte
 //      aligned); each stage has a "full" mbarrier (TMA bytes) and an "empty" one (one arrival
@@ -124,13 +124,13 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   const int q_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int head = blockIdx.y, batch = blockIdx.z;
   const int q0 = q_block * kBlockQ;
-  const bool producer = threadIdx.x == 0;
+  const bool producer_wg = warp >= kConsumerWarps;
 
   int k_end = p.seqlen_k;
   if (kCausal) k_end = max(0, min(k_end, q0 + kBlockQ + p.causal_offset));
   const int n_tiles = (k_end + kBlockK - 1) / kBlockK;
 
-  if (producer) {
+  if (threadIdx.x == 0) {
     cuda::ptx::mbarrier_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       cuda::ptx::mbarrier_init(&full[s], 1);
@@ -155,12 +155,19 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
       tma_tile<kDv, kBlockK>(smem + kQBytes + kStages * kKBytes + stage * kVBytes, &maps.v, (g - 1) * kBlockK, head,
                              batch, &full[stage]);
   };
-  if (producer) {
-    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                         q_full, kQBytes);
-    tma_tile<kDqk, kBlockQ>(smem, &maps.q, q0, head, batch, q_full);
-    for (int g = 0; g < kStages - 1; ++g) request_group(g);
+  // The producer warpgroup: Q, then every copy group as soon as its stage is free; it never
+  // waits on the consumers' math, only on the empty barriers. Its registers go to the consumers.
+  if (producer_wg) {
+    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    if (warp == kConsumerWarps && lane == 0) {
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                           q_full, kQBytes);
+      tma_tile<kDqk, kBlockQ>(smem, &maps.q, q0, head, batch, q_full);
+      for (int g = 0; g <= n_tiles; ++g) request_group(g);
+    }
+    return;
   }
+  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
 
   float o[4 * kOTiles];
 #pragma unroll
@@ -179,10 +186,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   auto your_turn = [&] { ptx::named_barrier_arrive(2 - wg, 2 * 128); };
   if (wg == 1) your_turn();
 
-  auto begin_iteration = [&](int j) {  // producer refills, then everyone waits for group j
-    if (producer) request_group(j + kStages - 1);
-    wait_phase(&full[j % kStages], (j / kStages) & 1);
-  };
+  auto begin_iteration = [&](int j) { wait_phase(&full[j % kStages], (j / kStages) & 1); };
   auto end_iteration = [&](int j) {  // this warp no longer reads group j's stage
     __syncwarp();
     if (lane == 0) cuda::ptx::mbarrier_arrive(&empty[j % kStages]);
