@@ -62,7 +62,7 @@ enum class DenseKernel {
 // A configuration forced instead of the planner's (tuning, tests): 0 / automatic keep its choice.
 struct DenseChoice {
   DenseKernel kernel = DenseKernel::automatic;
-  int block_q = 0;  // 64 or 128 (sm80_mma only; sm90_wgmma tiles are 128)
+  int block_q = 0;  // sm80_mma only: 64 or 128
 };
 
 struct DenseAttentionPlan {

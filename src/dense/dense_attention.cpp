@@ -130,8 +130,8 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
     fail("choice.kernel", "unknown kernel");
   if (choice.block_q != 0 && choice.block_q != 64 && choice.block_q != 128)
     fail("choice.block_q", "must be 0 (planner), 64 or 128, got " + std::to_string(choice.block_q));
-  if (choice.kernel == DenseKernel::sm90_wgmma && choice.block_q == 64)
-    fail("choice.block_q", "the sm90_wgmma kernel's query tile is 128");
+  if (choice.kernel == DenseKernel::sm90_wgmma && choice.block_q != 0)
+    fail("choice.block_q", "the sm90_wgmma kernel sets its own query tile (leave block_q 0)");
 
   DenseAttentionPlan plan;
   plan.dtype = p.dtype;
@@ -142,12 +142,12 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
   const int64_t heads = int64_t(p.batch) * p.num_heads;
   plan.kernel = choice.kernel;
   if (plan.kernel == DenseKernel::automatic)
-    plan.kernel = choice.block_q == 64 ? DenseKernel::sm80_mma : DenseKernel::sm90_wgmma;
+    plan.kernel = choice.block_q != 0 ? DenseKernel::sm80_mma : DenseKernel::sm90_wgmma;  // block_q is FA2's knob
   if (plan.kernel == DenseKernel::sm90_wgmma) {
-    plan.block_q = 128;
-    plan.warps = 8;
     auto take = [&](auto tile) {
       using Tile = decltype(tile);
+      plan.block_q = Tile::kBlockQ;
+      plan.warps = Tile::kThreads / 32;
       plan.smem_bytes = Tile::smem_bytes(p.head_dim_v);
       plan.block_k = Tile::kBlockK;
       plan.stages = Tile::kStages;

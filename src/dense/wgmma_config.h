@@ -3,19 +3,24 @@
 
 namespace dsa::detail {
 
-// 128 query rows (two consumer warpgroups of 64) + one producer warpgroup (40 registers per
-// thread after setmaxnreg, leaving 232 to each consumer thread); 128-key tiles; three K/V
-// stages where they fit (D <= 128), two at 192/128. Shared memory: Q 128 x Dqk + stages x 128 x
-// (Dqk + Dv), 16-bit, + 1 KB to align the swizzle atoms + the mbarriers: 225 KB at D = 128,
-// 113 KB at 64, 209 KB at 192/128.
+// Consumer warpgroups of 64 query rows + one producer warpgroup; 128-key tiles. Head dim 64
+// takes three consumer warpgroups (192 rows): its softmax costs as much as its matrix work
+// (one exp2 per 256 flops meets the 16-per-clock MUFU limit), so a third warpgroup keeps the
+// exp unit busier; 128 and 192/128 take two. The producer keeps 24-40 registers after
+// setmaxnreg and the consumers take the rest of the 64K. Three K/V stages where they fit (D <=
+// 128), two at 192/128. Shared memory: Q rows x Dqk + stages x 128 x (Dqk + Dv), 16-bit, + 1 KB
+// to align the swizzle atoms + the mbarriers: 225 KB at D = 128, 121 KB at 64, 209 KB at 192/128.
 template <int kDqk>
 struct WgmmaTile {
-  static constexpr int kBlockQ = 128;
+  static constexpr int kConsumerGroups = kDqk == 64 ? 3 : 2;
+  static constexpr int kBlockQ = 64 * kConsumerGroups;
   static constexpr int kBlockK = 128;
   static constexpr int kStages = kDqk <= 128 ? 3 : 2;
-  static constexpr int kWarps = kBlockQ / 16;       // consumer warps (16 query rows each)
+  static constexpr int kWarps = kBlockQ / 16;         // consumer warps (16 query rows each)
   static constexpr int kThreads = (kWarps + 4) * 32;  // + the producer warpgroup
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 64K
+  static constexpr int kProducerRegs = kConsumerGroups == 3 ? 24 : 40;
+  static constexpr int kConsumerRegs = kConsumerGroups == 3 ? 160 : 232;
+  static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= 65536, "register file");
   static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   static constexpr int smem_bytes(int dv) {
     return 2 * (kBlockQ * kDqk + kStages * kBlockK * (kDqk + dv)) + 1024 + kBarrierBytes;

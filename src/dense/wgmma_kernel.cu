@@ -180,11 +180,12 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   float s[4 * kSTiles];          // S_j, then P_j in place
   uint32_t pa[kBlockK / 16][4];  // P_{j-1} as A fragments, read by the O wgmma in flight
 
-  // Ping-pong: warpgroup w issues its matrix products after bar.sync(1 + w) and then lets the
-  // other one go (bar.arrive); warpgroup 1 opens the first turn for warpgroup 0.
+  // Ping-pong (a ring when there are three): warpgroup w issues its matrix products after
+  // bar.sync(1 + w) and then lets the next one go (bar.arrive); the last opens the first turn.
+  constexpr int kGroups = Tile::kConsumerGroups;
   auto my_turn = [&] { ptx::named_barrier_sync(1 + wg, 2 * 128); };
-  auto your_turn = [&] { ptx::named_barrier_arrive(2 - wg, 2 * 128); };
-  if (wg == 1) your_turn();
+  auto your_turn = [&] { ptx::named_barrier_arrive(1 + (wg + 1) % kGroups, 2 * 128); };
+  if (wg == kGroups - 1) your_turn();
 
   auto begin_iteration = [&](int j) { wait_phase(&full[j % kStages], (j / kStages) & 1); };
   auto end_iteration = [&](int j) {  // this warp no longer reads group j's stage
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     wgmma::pin(o);
     end_iteration(n_tiles);
   }
-  if (wg == 0) my_turn();  // consumes warpgroup 1's last your_turn()
+  if (wg == 0) my_turn();  // consumes the last warpgroup's last your_turn()
 
   // Q has landed even when there was no tile (its bytes must not arrive over the staged rows).
   wait_phase(q_full, 0);

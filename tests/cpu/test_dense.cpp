@@ -246,8 +246,18 @@ TEST(DensePlanner, Generation2TilesAndSharedMemory) {
   plan = plan_dense_attention(p, h100, wg);
   EXPECT_EQ(plan.stages, 2);
   EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 192 + 2 * 128 * 320) + 1024 + 40));
+  p.head_dim_qk = p.head_dim_v = 64;  // three consumer warpgroups: 192-row tiles
+  plan = plan_dense_attention(p, h100, wg);
+  EXPECT_EQ(plan.block_q, 192);
+  EXPECT_EQ(plan.q_blocks, 6);
+  EXPECT_EQ(plan.warps, 16);
   wg.block_q = 64;
   EXPECT_THROW(plan_dense_attention(p, h100, wg), Error);
+  // The planner's own pick is generation 2; a block_q asks for generation 1.
+  EXPECT_EQ(plan_dense_attention(p, h100).kernel, DenseKernel::sm90_wgmma);
+  DenseChoice q64;
+  q64.block_q = 64;
+  EXPECT_EQ(plan_dense_attention(p, h100, q64).kernel, DenseKernel::sm80_mma);
 }
 
 TEST(DensePlanner, RejectsOtherDevicesAndChoices) {
