@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call that checks a commit on the H100: GPU tests, compute-sanitizer (memcheck,
-# racecheck, synccheck), dsa-bench on a suite with stage dissection, and the Triton peer when
-# its script was carried in .peers/. Logs go to $OUT.
+# racecheck, synccheck) on sparse and dense subsets, dsa-bench on a sparse suite with stage
+# dissection and on the dense targets, and the Triton and SDPA peers when their scripts were
+# carried in .peers/. Logs go to $OUT.
 # Usage (GPU machine, repo root, build/ carried): scripts/device_check.sh [suite] [extra dsa-bench args]
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -12,14 +13,21 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --fo
 echo "== gpu tests"
 ./build/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
 SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*'
+DENSE='*DenseSweep*_L17:*DenseSweep*_L1000:Gpu.DenseDifferentQueryAndKeyLengths:Gpu.DenseEveryKernelAndQueryTileAgrees:Gpu.DenseStridedQkvAndPaddedOutputs:Gpu.DenseEmptyProblemsWriteNothing'
 for tool in memcheck racecheck synccheck; do
-  filter=$SMALL
-  [ $tool != memcheck ] && filter='*Sweep*H16_topk2049_random*:*Sweep*H64_topk64_runs*:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay'
+  filter=$SMALL:$DENSE
+  [ $tool != memcheck ] && filter='*Sweep*H16_topk2049_random*:*Sweep*H64_topk64_runs*:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:*DenseSweep*_L1000:Gpu.DenseEveryKernelAndQueryTileAgrees'
   compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
   echo "== $tool rc=$? $(grep -E 'tests ran|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tr '\n' ' ')"
 done
 echo "== dsa-bench --suite $SUITE --stage all $*"
 ./build/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
+echo "== dsa-bench dense --suite targets"
+./build/tools/dsa-bench dense --suite targets --json "$OUT/dense.json" 2>/dev/null | tee "$OUT/dense.log"
+if [ -f .peers/dense_peers.py ]; then
+  echo "== SDPA peers (shared/peers/dense_peers.py), same machine, same run"
+  (cd .peers && timeout 300 python3 dense_peers.py 2>&1 | tee "$OUT/dense_peers.log")
+fi
 echo "== PyTorch op: pip install ./python, pytest tests/python"
 (export PATH=/usr/local/cuda/bin:$PATH MAX_JOBS=16; python3 -m pip install -q --no-build-isolation ./python > "$OUT/pip.log" 2>&1 &&
   python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -2 && python3 tests/python/bench_host_overhead.py) ||

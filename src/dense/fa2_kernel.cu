@@ -14,10 +14,13 @@
 //      as 16-byte row pieces; lse = m + log2(l).
 // Causal CTAs are launched heaviest first (q-block index reversed) so the tail is short.
 //
-// History (H100, dsa-bench dense, CUPTI kernel span; SDPA from shared/peers/dense_peers.py in the
-// same device call; docs/perf.md has the tables). Cases: B2 N8 L1024 D128 fp16 | B4 N16 L4096
-// D128 bf16 | B2 N16 L8192 D128 bf16 causal | B4 N16 L4096 D64 bf16.
-//   (filled in as measured)
+// History (H100, dsa-bench dense, CUPTI kernel span; SDPA default from shared/peers/dense_peers.py in
+// the same device call; docs/perf.md). TF/s for: B2 N8 L1024 D128 fp16 | B4 N16 L4096 D128 |
+// B2 N16 L8192 D128 causal | B4 N16 L4096 D64 (bf16 unless named).
+//   v1 843440d  230 | 277 | 244 | 229   64- or 128-row tiles by occupancy; 228-248 registers, 1 CTA/SM
+//   v2 da3b29d  225 | 238 | 228 | 230   shared softmax (scale in the exp2 FFMA), same kernel otherwise
+// SDPA's flash backend (FlashAttention-2) in the v1 run: 147 | 340 | 303 | 278. Generation 2
+// (wgmma_kernel.cu) replaced it as the planner's choice; DenseChoice{sm80_mma} still runs it.
 #include <cmath>
 #include <cstdint>
 

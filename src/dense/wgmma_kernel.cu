@@ -18,13 +18,17 @@
 // tensor cores do P_{j-1} V_{j-1}; between the two warpgroups, named barriers alternate who
 // issues its matrix products ("ping-pong"), so one warpgroup's softmax hides under the other's.
 //
-// History (H100, dsa-bench dense, CUPTI kernel span; SDPA default in the same device call;
-// docs/perf.md has the tables). TF/s for: B2 N8 L1024 D128 fp16 | B4 N16 L4096 D128 |
-// B2 N16 L8192 D128 causal | B4 N16 L4096 D64 (bf16 unless named).
-//   v1 f12b963  287 | 374 | 336 | 296   cp.async by all threads, barrier per tile, serial S/softmax/PV
+// History (H100, dsa-bench dense, CUPTI kernel span; SDPA default from shared/peers/dense_peers.py in
+// the same device call; docs/perf.md has every run). TF/s for: B2 N8 L1024 D128 fp16 | B4 N16
+// L4096 D128 | B2 N16 L8192 D128 causal | B4 N16 L4096 D64 (bf16 unless named).
+//   v1 f12b963  287 | 374 | 336 | 296   cp.async by all threads, CTA barrier per tile, S/softmax/PV serial
 //   v2 8c0c6f3  305 | 410 | 356 | 297   softmax of tile j overlaps P_{j-1} V_{j-1}
-//   v3 d44896a  300 | 394 | 351 | 276   three cp.async stages: slower (issue-bound, not memory)
-//   SDPA default, same runs: 205-258 | 645-652 | 584-591 | 444-459
+//   v3 d44896a  300 | 394 | 351 | 276   three cp.async stages: slower; ncu: 46% issue, L2 26%: latency-bound
+//   v4 b90944e  389 | 541 | 496 | 326   TMA + full/empty mbarriers (thread 0 produces), warpgroup ping-pong
+//   v5 da3b29d  391 | 538 | 514 | 384   scale folded into the exp2 FFMA; O rescale skipped when no max moved
+//   v6 fe57519  438 | 653 | 615 | 421   producer warpgroup (setmaxnreg 40/232), three stages at D <= 128
+//   v7 2402e20  435 | 654 | 617 | 464   D = 64: three consumer warpgroups (192 query rows)
+//   SDPA default in the v7 run: 180 | 657 | 556 | 432 (the first is event-timed, launch included)
 #include <cmath>
 #include <cstdint>
 #include <string>
