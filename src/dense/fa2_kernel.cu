@@ -30,6 +30,7 @@
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
+#include "dense/dispatch.h"
 #include "dense/fa2_config.h"
 #include "dense/kernel_common.cuh"
 #include "dense/params.h"
@@ -177,49 +178,24 @@ template <typename Elem, int kDqk, int kDv, int kBlockQ, bool kCausal>
 void launch(const DenseParams& p, int q_blocks, cudaStream_t stream) {
   using Tile = Fa2Tile<kDqk, kBlockQ>;
   constexpr int kSmem = Tile::smem_bytes(kDv);
-  auto kernel = fa2_forward_kernel<Elem, kDqk, kDv, kBlockQ, kCausal>;
-  // The opt-in shared-memory limit is per function; raising it is cheap but not free: once.
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  DSA_CUDA_CHECK(configured);
+  constexpr auto kernel = fa2_forward_kernel<Elem, kDqk, kDv, kBlockQ, kCausal>;
+  raise_smem_limit_once<kernel>(kSmem);
   const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
   kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
-}
-
-template <typename Elem, int kDqk, int kDv, int kBlockQ>
-void launch_causal(const DenseParams& p, bool causal, int q_blocks, cudaStream_t stream) {
-  if (causal)
-    launch<Elem, kDqk, kDv, kBlockQ, true>(p, q_blocks, stream);
-  else
-    launch<Elem, kDqk, kDv, kBlockQ, false>(p, q_blocks, stream);
-}
-
-template <typename Elem, int kDqk, int kDv>
-void launch_block(const DenseParams& p, int block_q, bool causal, int q_blocks, cudaStream_t stream) {
-  if (block_q == 64)
-    launch_causal<Elem, kDqk, kDv, 64>(p, causal, q_blocks, stream);
-  else
-    launch_causal<Elem, kDqk, kDv, 128>(p, causal, q_blocks, stream);
-}
-
-template <typename Elem>
-void launch_dims(const DenseParams& p, int dqk, int block_q, bool causal, int q_blocks, cudaStream_t stream) {
-  switch (dqk) {
-    case 64: return launch_block<Elem, 64, 64>(p, block_q, causal, q_blocks, stream);
-    case 128: return launch_block<Elem, 128, 128>(p, block_q, causal, q_blocks, stream);
-    default: return launch_block<Elem, 192, 128>(p, block_q, causal, q_blocks, stream);
-  }
 }
 
 }  // namespace
 
 void launch_fa2_forward(const DenseParams& p, DType dtype, int head_dim_qk, int block_q, bool causal, int q_blocks,
                         cudaStream_t stream) {
-  if (dtype == DType::bf16)
-    launch_dims<__nv_bfloat16>(p, head_dim_qk, block_q, causal, q_blocks, stream);
-  else
-    launch_dims<__half>(p, head_dim_qk, block_q, causal, q_blocks, stream);
+  dispatch_dense(dtype, head_dim_qk, causal, [&](auto elem, auto dqk, auto dv, auto masked) {
+    using Elem = typename decltype(elem)::type;
+    if (block_q == 64)
+      launch<Elem, decltype(dqk)::value, decltype(dv)::value, 64, decltype(masked)::value>(p, q_blocks, stream);
+    else
+      launch<Elem, decltype(dqk)::value, decltype(dv)::value, 128, decltype(masked)::value>(p, q_blocks, stream);
+  });
 }
 
 }  // namespace dsa::detail

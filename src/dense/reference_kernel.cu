@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "common/block_reduce.cuh"
 #include "common/cuda_check.h"
 #include "dense/params.h"
 #include "dsa/dense_attention.h"
@@ -31,19 +32,6 @@ __device__ uint16_t from_float(float x) {
   } else {
     return __half_as_ushort(__float2half_rn(x));
   }
-}
-
-__device__ float block_reduce(float v, bool is_max, float* s_red) {
-  for (int d = 16; d > 0; d /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = is_max ? fmaxf(v, o) : v + o;
-  }
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) s_red[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = s_red[0];
-  for (int w = 1; w < kThreads / 32; ++w) v = is_max ? fmaxf(v, s_red[w]) : v + s_red[w];
-  return v;
 }
 
 template <bool kBf16>
@@ -72,7 +60,7 @@ __global__ void __launch_bounds__(kThreads)
       s_logit[j] = dot * p.scale;
       cmax = fmaxf(cmax, dot * p.scale);
     }
-    cmax = block_reduce(cmax, true, s_red);
+    cmax = block_reduce<kThreads>(cmax, true, s_red);
     const float m_new = fmaxf(m, cmax);
     const float alpha = expf(m - m_new);  // 0 on the first chunk (m = -inf)
     float csum = 0.f;
@@ -80,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
       s_logit[j] = expf(s_logit[j] - m_new);
       csum += s_logit[j];
     }
-    csum = block_reduce(csum, false, s_red);  // its barriers publish s_logit
+    csum = block_reduce<kThreads>(csum, false, s_red);  // its barriers publish s_logit
     l = l * alpha + csum;
     if (threadIdx.x < dv) {
       float a = 0.f;

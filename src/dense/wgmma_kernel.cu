@@ -43,6 +43,7 @@
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
 #include "common/wgmma.cuh"
+#include "dense/dispatch.h"
 #include "dense/kernel_common.cuh"
 #include "dense/params.h"
 #include "dense/wgmma_config.h"
@@ -323,10 +324,8 @@ template <typename Elem, int kDqk, int kDv, bool kCausal>
 void launch(const DenseParams& p, DType dtype, int q_blocks, cudaStream_t stream) {
   using Tile = WgmmaTile<kDqk>;
   constexpr int kSmem = Tile::smem_bytes(kDv);
-  auto kernel = wgmma_forward_kernel<Elem, kDqk, kDv, kCausal>;
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  DSA_CUDA_CHECK(configured);
+  constexpr auto kernel = wgmma_forward_kernel<Elem, kDqk, kDv, kCausal>;
+  raise_smem_limit_once<kernel>(kSmem);
   DenseTensorMaps maps;
   maps.q = tensor_map(p.q, dtype, kDqk, p.seqlen_q, p.num_heads, p.batch, p.q_row_stride, p.q_head_stride,
                       p.q_batch_stride, Tile::kBlockQ);
@@ -339,31 +338,14 @@ void launch(const DenseParams& p, DType dtype, int q_blocks, cudaStream_t stream
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename Elem, int kDqk, int kDv>
-void launch_causal(const DenseParams& p, DType dtype, bool causal, int q_blocks, cudaStream_t stream) {
-  if (causal)
-    launch<Elem, kDqk, kDv, true>(p, dtype, q_blocks, stream);
-  else
-    launch<Elem, kDqk, kDv, false>(p, dtype, q_blocks, stream);
-}
-
-template <typename Elem>
-void launch_dims(const DenseParams& p, DType dtype, int dqk, bool causal, int q_blocks, cudaStream_t stream) {
-  switch (dqk) {
-    case 64: return launch_causal<Elem, 64, 64>(p, dtype, causal, q_blocks, stream);
-    case 128: return launch_causal<Elem, 128, 128>(p, dtype, causal, q_blocks, stream);
-    default: return launch_causal<Elem, 192, 128>(p, dtype, causal, q_blocks, stream);
-  }
-}
-
 }  // namespace
 
 void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks,
                           cudaStream_t stream) {
-  if (dtype == DType::bf16)
-    launch_dims<__nv_bfloat16>(p, dtype, head_dim_qk, causal, q_blocks, stream);
-  else
-    launch_dims<__half>(p, dtype, head_dim_qk, causal, q_blocks, stream);
+  dispatch_dense(dtype, head_dim_qk, causal, [&](auto elem, auto dqk, auto dv, auto masked) {
+    launch<typename decltype(elem)::type, decltype(dqk)::value, decltype(dv)::value, decltype(masked)::value>(
+        p, dtype, q_blocks, stream);
+  });
 }
 
 }  // namespace dsa::detail

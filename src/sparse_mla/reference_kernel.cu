@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "common/block_reduce.cuh"
 #include "common/cuda_check.h"
 #include "dsa/sparse_mla.h"
 #include "sparse_mla/params.h"
@@ -17,19 +18,6 @@ namespace {
 constexpr int kRefThreads = 256;
 
 __device__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-
-__device__ float block_reduce(float v, bool is_max, float* s_red) {
-  for (int d = 16; d > 0; d /= 2) {
-    const float o = __shfl_xor_sync(0xffffffffu, v, d);
-    v = is_max ? fmaxf(v, o) : v + o;
-  }
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) s_red[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = s_red[0];
-  for (int w = 1; w < kRefThreads / 32; ++w) v = is_max ? fmaxf(v, s_red[w]) : v + s_red[w];
-  return v;
-}
 
 // One block per (token, head). logits: scratch [T * H, topk].
 __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const SparseMlaParams p, float* logits) {
@@ -55,11 +43,11 @@ __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const
     lg[k] = v;
     mx = fmaxf(mx, v);
   }
-  mx = block_reduce(mx, true, s_red);
+  mx = block_reduce<kRefThreads>(mx, true, s_red);
   float sum = 0.f;
   if (mx != -INFINITY)
     for (int k = threadIdx.x; k < p.topk; k += kRefThreads) sum += expf(lg[k] - mx);  // exp(-inf) = 0
-  sum = block_reduce(sum, false, s_red);
+  sum = block_reduce<kRefThreads>(sum, false, s_red);
 
   uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride;
   for (int d = threadIdx.x; d < kCkvDim; d += kRefThreads) {

@@ -38,11 +38,45 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(ptr); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  cudaError_t set(const std::vector<T>& host) {  // host.size() <= n
+    return cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
   std::vector<T> get() const {
     std::vector<T> h(n);
     cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
     return h;
   }
+};
+
+// A stream with `launch` captured into a graph on it; replay() launches the graph and waits.
+class CapturedGraph {
+ public:
+  template <class Launch>
+  explicit CapturedGraph(Launch&& launch) {
+    ok_ = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking) == cudaSuccess &&
+          cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal) == cudaSuccess;
+    if (!ok_) return;
+    launch(stream_);
+    ok_ = cudaStreamEndCapture(stream_, &graph_) == cudaSuccess && cudaGraphInstantiate(&exec_, graph_, 0) == cudaSuccess;
+  }
+  ~CapturedGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  bool ok() const { return ok_; }
+  cudaError_t replay() {
+    const cudaError_t e = cudaGraphLaunch(exec_, stream_);
+    return e != cudaSuccess ? e : cudaStreamSynchronize(stream_);
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+  bool ok_ = false;
 };
 
 }  // namespace dsa::testing

@@ -20,6 +20,7 @@
 namespace dsa {
 namespace {
 
+using testing::CapturedGraph;
 using testing::DeviceBuffer;
 using testing::Gpu;
 using testing::have_device;
@@ -170,8 +171,8 @@ Agreement forward_and_judge(DeviceOutputs& d, const DenseAttentionProblem& p, co
   return judge(d, ro, rl);
 }
 
-Agreement run_and_compare(const Shape& s, uint64_t seed, DenseChoice choice = {}, double magnitude = 1.0) {
-  const HostInputs h(s, seed, magnitude);
+Agreement run_and_compare(const HostInputs& h, DenseChoice choice = {}) {
+  const Shape& s = h.s;
   std::vector<double> ro, rl;
   reference(h, ro, rl);
   DeviceBuffer<uint16_t> q(h.q), k(h.k), v(h.v);
@@ -179,6 +180,10 @@ Agreement run_and_compare(const Shape& s, uint64_t seed, DenseChoice choice = {}
   DenseAttentionProblem p = h.view(q.ptr, k.ptr, v.ptr);
   d.attach(p);
   return forward_and_judge(d, p, plan_dense_attention(p, DeviceInfo::from_device(0), choice), ro, rl);
+}
+
+Agreement run_and_compare(const Shape& s, uint64_t seed, DenseChoice choice = {}, double magnitude = 1.0) {
+  return run_and_compare(HostInputs(s, seed, magnitude), choice);
 }
 
 // ---- dtype x head dims x causal x odd lengths ---------------------------------------------------
@@ -284,14 +289,8 @@ TEST_F(Gpu, DenseNegativeScale) {
   s.B = 1; s.N = 2; s.Lq = s.Lk = 200; s.Dqk = s.Dv = 64; s.causal = true;
   HostInputs h(s, 72, /*magnitude=*/3.0);
   h.scale = -h.scale;
-  std::vector<double> ro, rl;
-  reference(h, ro, rl);
-  DeviceBuffer<uint16_t> q(h.q), k(h.k), v(h.v);
-  DeviceOutputs d(s);
-  DenseAttentionProblem p = h.view(q.ptr, k.ptr, v.ptr);
-  d.attach(p);
   for (DenseKernel kernel : kKernels) {
-    const Agreement a = forward_and_judge(d, p, plan_dense_attention(p, DeviceInfo::from_device(0), choose(kernel)), ro, rl);
+    const Agreement a = run_and_compare(h, choose(kernel));
     EXPECT_TRUE(a.ok()) << name(kernel) << ": " << a.summary();
   }
 }
@@ -380,30 +379,20 @@ TEST_F(Gpu, DenseGraphCaptureAndReplay) {
   DenseAttentionProblem p = h.view(q.ptr, k.ptr, v.ptr);
   d.attach(p);
   const DenseAttentionPlan plan = plan_dense_attention(p);
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  dense_attention_forward(p, plan, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CapturedGraph graph([&](cudaStream_t stream) { dense_attention_forward(p, plan, stream); });
+  ASSERT_TRUE(graph.ok());
   for (int round = 0; round < 3; ++round) {
     const HostInputs next(s, 50 + round);
-    CUDA_OK(cudaMemcpy(q.ptr, next.q.data(), next.q.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(k.ptr, next.k.data(), next.k.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(v.ptr, next.v.data(), next.v.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(q.set(next.q));
+    CUDA_OK(k.set(next.k));
+    CUDA_OK(v.set(next.v));
     d.poison();
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(graph.replay());
     std::vector<double> ro, rl;
     reference(next, ro, rl);
     const Agreement a = judge(d, ro, rl);
     EXPECT_TRUE(a.ok()) << "replay " << round << ": " << a.summary();
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // ---- run to run, bit for bit ---------------------------------------------------------------------

@@ -19,6 +19,7 @@
 namespace dsa {
 namespace {
 
+using testing::CapturedGraph;
 using testing::DeviceBuffer;
 using testing::Gpu;
 using testing::HostProblem;
@@ -299,36 +300,26 @@ TEST_F(Gpu, GraphCaptureAndReplay) {
   const SparseMlaPlan plan = plan_sparse_mla(p);
   ASSERT_GT(plan.splits, 1) << "the combine kernel (PDL) must be inside the graph";
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  cudaStream_t stream;
-  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream);
-  CUDA_OK(cudaStreamEndCapture(stream, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  CapturedGraph graph([&](cudaStream_t stream) { sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream); });
+  ASSERT_TRUE(graph.ok());
   for (int round = 0; round < 3; ++round) {
     // New q and indices each replay, written into the captured buffers.
     HostProblem next = hp;
     workload::IndexSpec s2;
     s2.pattern = round == 1 ? IndexPattern::padding_middle : IndexPattern::random;
     next.fill(s2, 600 + round);
-    CUDA_OK(cudaMemcpy(d.q_nope.ptr, next.q_nope.data(), next.q_nope.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.q_pe.ptr, next.q_pe.data(), next.q_pe.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.ckv.ptr, next.ckv.data(), next.ckv.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.kpe.ptr, next.kpe.data(), next.kpe.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.indices.ptr, next.indices.data(), next.indices.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_OK(d.q_nope.set(next.q_nope));
+    CUDA_OK(d.q_pe.set(next.q_pe));
+    CUDA_OK(d.ckv.set(next.ckv));
+    CUDA_OK(d.kpe.set(next.kpe));
+    CUDA_OK(d.indices.set(next.indices));
     d.poison();
-    CUDA_OK(cudaGraphLaunch(exec, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
+    CUDA_OK(graph.replay());
     std::vector<double> ro, rl;
     reference(next, ro, rl);
     const Agreement a = judge(d, ro, rl);
     EXPECT_TRUE(a.ok()) << "replay " << round << ": " << a.summary();
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 // ---- run-to-run determinism (a moving result is a race) -------------------------------------
