@@ -49,8 +49,7 @@ __device__ __forceinline__ void p_fragment(const float* s, int kk, uint32_t (&a)
 // rows of O must be multiplied by (rescale_rows). The scale is folded into the exponent's FFMA:
 // the row max is taken on raw scores (their min when the scale is negative). A row that has seen
 // no key keeps m = -inf and uses 0 as its reference, so fully masked rows stay exactly 0.
-// kRowSums = false leaves l alone (the caller gets the row sums another way).
-template <int kSTiles, bool kCausal, bool kRowSums = true>
+template <int kSTiles, bool kCausal>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], float (&m)[2], float (&l)[2],
                                                     float (&alpha)[2], const DenseParams& p, int key0,
                                                     int warp_row0, int lane) {
@@ -93,9 +92,9 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[4 * kSTiles], flo
     for (int n = 0; n < kSTiles; ++n) {
       s[4 * n + 2 * r] = ptx::exp2_approx(fmaf(s[4 * n + 2 * r], scale, -ref));
       s[4 * n + 2 * r + 1] = ptx::exp2_approx(fmaf(s[4 * n + 2 * r + 1], scale, -ref));
-      if (kRowSums) sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
+      sum += s[4 * n + 2 * r] + s[4 * n + 2 * r + 1];
     }
-    if (kRowSums) l[r] = l[r] * alpha[r] + sum;
+    l[r] = l[r] * alpha[r] + sum;
   }
 }
 
@@ -113,16 +112,13 @@ __device__ __forceinline__ void rescale_rows(float (&o)[4 * kOTiles], const floa
   }
 }
 
-// End of the key loop: the full row sums (over the quad, unless l already holds them), 1 / l
-// (0 for an empty row) and the base-2 lse (-inf for an empty row).
-__device__ __forceinline__ void finish_rows(float (&m)[2], float (&l)[2], float (&inv)[2], float (&lse)[2],
-                                           bool quad_partial = true) {
+// End of the key loop: the full row sums (over the quad), 1 / l (0 for an empty row) and the
+// base-2 lse (-inf for an empty row).
+__device__ __forceinline__ void finish_rows(float (&m)[2], float (&l)[2], float (&inv)[2], float (&lse)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (quad_partial) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
     inv[r] = l[r] > 0.f ? 1.f / l[r] : 0.f;
     lse[r] = l[r] > 0.f ? m[r] + log2f(l[r]) : -INFINITY;
   }

@@ -9,8 +9,7 @@ namespace dsa::detail {
 // exp unit busier; 128 and 192/128 take two. The producer keeps 24-40 registers after
 // setmaxnreg and the consumers take the rest of the 64K. Three K/V stages where they fit (D <=
 // 128), two at 192/128. Shared memory: Q rows x Dqk + stages x 128 x (Dqk + Dv), 16-bit, + 1 KB
-// to align the swizzle atoms + the mbarriers (+ the ones blocks at 64): 225 KB at D = 128,
-// 169 KB at 64, 209 KB at 192/128.
+// to align the swizzle atoms + the mbarriers: 225 KB at D = 128, 121 KB at 64, 209 KB at 192/128.
 template <int kDqk>
 struct WgmmaTile {
   static constexpr int kConsumerGroups = kDqk == 64 ? 3 : 2;
@@ -22,13 +21,9 @@ struct WgmmaTile {
   static constexpr int kProducerRegs = kConsumerGroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerGroups == 3 ? 160 : 232;
   static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= 65536, "register file");
-  // D = 64: the row sums of P ride on the tensor cores (O += P [V | 1], 8 columns of ones beside
-  // each V tile) instead of 64 FADDs per thread and tile on the issue-bound softmax.
-  static constexpr bool kOnesColumn = kDqk == 64;
   static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
   static constexpr int smem_bytes(int dv) {
-    const int v_stage = kBlockK * dv * 2 * (kOnesColumn ? 2 : 1);  // V tile (+ its ones block)
-    return 2 * (kBlockQ * kDqk + kStages * kBlockK * kDqk) + kStages * v_stage + 1024 + kBarrierBytes;
+    return 2 * (kBlockQ * kDqk + kStages * kBlockK * (kDqk + dv)) + 1024 + kBarrierBytes;
   }
 };
 

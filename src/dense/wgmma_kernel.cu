@@ -65,22 +65,11 @@ struct Wgmma;
       wgmma::mma_rs_##TAG##_n##N##_bT(d, a, b, acc);                                                   \
     }                                                                                                  \
   };
+DSA_WGMMA_FLAVOUR(__nv_bfloat16, bf16, 64)
 DSA_WGMMA_FLAVOUR(__nv_bfloat16, bf16, 128)
+DSA_WGMMA_FLAVOUR(__half, f16, 64)
 DSA_WGMMA_FLAVOUR(__half, f16, 128)
 #undef DSA_WGMMA_FLAVOUR
-// N = 72 (64 V columns + 8 ones) is only ever the P V product.
-template <>
-struct Wgmma<__nv_bfloat16, 72> {
-  static __device__ __forceinline__ void rs(float (&d)[36], const uint32_t (&a)[4], uint64_t b, int acc) {
-    wgmma::mma_rs_bf16_n72_bT(d, a, b, acc);
-  }
-};
-template <>
-struct Wgmma<__half, 72> {
-  static __device__ __forceinline__ void rs(float (&d)[36], const uint32_t (&a)[4], uint64_t b, int acc) {
-    wgmma::mma_rs_f16_n72_bT(d, a, b, acc);
-  }
-};
 
 // Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile of kRows rows.
 template <int kRows>
@@ -118,14 +107,11 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     wgmma_forward_kernel(const DenseParams p, const __grid_constant__ DenseTensorMaps maps) {
   using Tile = WgmmaTile<kDqk>;
   constexpr int kBlockQ = Tile::kBlockQ, kBlockK = Tile::kBlockK, kStages = Tile::kStages;
-  constexpr bool kOnes = Tile::kOnesColumn;
-  constexpr int kOCols = kDv + (kOnes ? 8 : 0);  // O's accumulator columns (+ the row sums)
-  constexpr int kSTiles = kBlockK / 8, kOTiles = kOCols / 8, kVChunks = kDv / 8;
+  constexpr int kSTiles = kBlockK / 8, kOTiles = kDv / 8, kVChunks = kDv / 8;
   constexpr uint32_t kQBytes = kBlockQ * kDqk * 2, kKBytes = kBlockK * kDqk * 2, kVBytes = kBlockK * kDv * 2;
-  constexpr uint32_t kVStage = kOnes ? 2 * kVBytes : kVBytes;  // V tile (+ its ones block)
   constexpr int kConsumerWarps = Tile::kWarps;
   using WS = Wgmma<Elem, kBlockK>;
-  using WO = Wgmma<Elem, kOCols>;
+  using WO = Wgmma<Elem, kDv>;
 
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_addr(smem_raw);
@@ -133,7 +119,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   uint8_t* smem = smem_raw + (sQ - raw);
   const uint32_t sK = sQ + kQBytes;
   const uint32_t sV = sK + kStages * kKBytes;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kQBytes + kStages * (kKBytes + kVStage));
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kQBytes + kStages * (kKBytes + kVBytes));
   uint64_t* q_full = bars;
   uint64_t* full = bars + 1;             // [kStages]: the stage's TMA bytes have landed
   uint64_t* empty = bars + 1 + kStages;  // [kStages]: every consumer warp is done with the stage
@@ -157,14 +143,6 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
-  if constexpr (kOnes) {  // the ones block beside every V stage, written once
-    const uint32_t one = ElemOps<Elem>::pack(1.f, 1.f);
-    for (int s = 0; s < kStages; ++s) {
-      uint32_t* ones = reinterpret_cast<uint32_t*>(smem + kQBytes + kStages * kKBytes + s * kVStage + kVBytes);
-      for (int i = threadIdx.x; i < int(kVBytes / 4); i += blockDim.x) ones[i] = one;
-    }
-    wgmma::fence_proxy_async_smem();  // generic stores, read by wgmma (async proxy) after the barrier
-  }
   __syncthreads();
 
   // Copy group g = K tile g (g < n_tiles) and V tile g - 1 (1 <= g <= n_tiles), both in stage
@@ -179,7 +157,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     if (g < n_tiles)
       tma_tile<kDqk, kBlockK>(smem + kQBytes + stage * kKBytes, &maps.k, g * kBlockK, head, batch, &full[stage]);
     if (g >= 1)
-      tma_tile<kDv, kBlockK>(smem + kQBytes + kStages * kKBytes + stage * kVStage, &maps.v, (g - 1) * kBlockK, head,
+      tma_tile<kDv, kBlockK>(smem + kQBytes + kStages * kKBytes + stage * kVBytes, &maps.v, (g - 1) * kBlockK, head,
                              batch, &full[stage]);
   };
   // The producer warpgroup: Q, then every copy group as soon as its stage is free; it never
@@ -233,7 +211,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   auto issue_pv = [&](int g) {  // O += P V with V of copy group g, one wgmma group
     // V rows are keys (the k dimension), Dv contiguous (N-major): a k-step covers 16 keys = two
     // 8-row groups 1024 B apart; column blocks of 64 Dv sit kBlockK * 128 B apart.
-    const uint32_t sVg = sV + (g % kStages) * kVStage;  // the ones block is the next column block
+    const uint32_t sVg = sV + (g % kStages) * kVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk)
       WO::rs(o, pa[kk], wgmma::desc_sw128(sVg + kk * 16 * 128, kBlockK * 128, 1024), 1);
@@ -258,7 +236,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     wgmma::wait<0>();
     wgmma::pin(s);
     float alpha[2];
-    online_softmax_tile<kSTiles, kCausal, !kOnes>(s, m, l, alpha, p, 0, warp_row0, lane);
+    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, 0, warp_row0, lane);
     to_fragments();
     end_iteration(0);
   }
@@ -272,7 +250,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     wgmma::wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
     wgmma::pin(s);
     float alpha[2];
-    online_softmax_tile<kSTiles, kCausal, !kOnes>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
+    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
     wgmma::wait<0>();
     wgmma::pin(o);
     end_iteration(j);
@@ -297,14 +275,10 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   // Epilogue: stage this warp's 16 rows in its own rows of the Q area (this warpgroup's wgmmas
   // have completed and the other one never reads them), then 16-byte row stores.
   float inv[2], lse[2];
-  if constexpr (kOnes) {  // every column of the ones tile holds the full row sum
-    l[0] = o[4 * (kDv / 8)];
-    l[1] = o[4 * (kDv / 8) + 2];
-  }
-  finish_rows(m, l, inv, lse, /*quad_partial=*/!kOnes);
+  finish_rows(m, l, inv, lse);
   const int staged_row0 = warp * 16;
 #pragma unroll
-  for (int n = 0; n < kDv / 8; ++n)
+  for (int n = 0; n < kOTiles; ++n)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = staged_row0 + lane / 4 + 8 * r;
