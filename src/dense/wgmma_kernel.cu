@@ -28,6 +28,7 @@
 //   v5 da3b29d  391 | 538 | 514 | 384   scale folded into the exp2 FFMA; O rescale skipped when no max moved
 //   v6 fe57519  438 | 653 | 615 | 421   producer warpgroup (setmaxnreg 40/232), three stages at D <= 128
 //   v7 2402e20  435 | 654 | 617 | 464   D = 64: three consumer warpgroups (192 query rows)
+//   v8 fc26f41  435 | 649 | 611 | 466   D = 64: row sums on the tensor cores (P [V | ones]): noise, reverted
 //   SDPA default in the v7 run: 180 | 657 | 556 | 432 (the first is event-timed, launch included)
 #include <cmath>
 #include <cstdint>
