@@ -29,6 +29,7 @@ enum class DType { fp16, bf16 };
 
 // Strides are in elements, as in a [B, N, L, D] tensor whose last dimension is contiguous:
 // a view of a larger tensor (e.g. q, k, v sliced out of one packed qkv) works. 0 means packed.
+// Each stride is a multiple of 8 (16 bytes) and the row stride is at least D.
 struct DenseTensor {
   const void* data = nullptr;
   int64_t batch_stride = 0, head_stride = 0, row_stride = 0;

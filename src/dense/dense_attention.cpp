@@ -112,6 +112,11 @@ void validate(const DenseAttentionProblem& p) {
   const int64_t* strides[4] = {s.q, s.k, s.v, s.out};
   for (int t = 0; t < 4; ++t)
     for (int d = 0; d < 3; ++d) require_vector_stride(strides[t][d], names[t][d]);
+  // Rows of an input may not overlap each other (the tensor-map copies read whole rows).
+  const int64_t widths[3] = {p.head_dim_qk, p.head_dim_qk, p.head_dim_v};
+  for (int t = 0; t < 3; ++t)
+    if (strides[t][2] < widths[t])
+      fail(names[t][2], "must be >= the head dim " + std::to_string(widths[t]) + ", got " + std::to_string(strides[t][2]));
   require_disjoint("out", p.head_dim_v, {{s.out[2], p.seqlen_q}, {s.out[1], p.num_heads}, {s.out[0], p.batch}});
   if (p.lse != nullptr) {
     if (s.lse[0] < 0 || s.lse[1] < 0) fail("lse", "strides must be >= 0");

@@ -179,6 +179,7 @@ TEST(DenseValidate, NamesEachBadArgument) {
   expect_error_naming(with([](auto& p) { p.scale = 0.f; }), "scale: must be finite and non-zero");
   expect_error_naming(with([](auto& p) { p.dtype = static_cast<DType>(7); }), "dtype");
   expect_error_naming(with([](auto& p) { p.q.row_stride = 100; }), "q.row_stride");
+  expect_error_naming(with([](auto& p) { p.k.row_stride = 64; }), "k.row_stride: must be >= the head dim 128");
   expect_error_naming(with([](auto& p) { p.k.head_stride = -8; }), "k.head_stride");
   expect_error_naming(with([](auto& p) { p.v.batch_stride = 12; }), "v.batch_stride");
   expect_error_naming(with([](auto& p) { p.out_row_stride = 64; }), "out: strides overlap");
