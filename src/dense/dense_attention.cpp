@@ -1,8 +1,10 @@
 // Host side of the dense attention API: argument validation, the planner, and the launch glue.
 #include "dsa/dense_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -17,7 +19,7 @@ namespace dsa {
 namespace detail {
 void launch_fa2_forward(const DenseParams& p, DType dtype, int head_dim_qk, int block_q, bool causal, int q_blocks,
                         cudaStream_t stream);
-void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks,
+void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks, int ctas,
                           cudaStream_t stream);
 void launch_dense_reference(const DenseParams& p, DType dtype, int head_dim_qk, int head_dim_v, bool causal,
                             cudaStream_t stream);
@@ -175,6 +177,10 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
   }
   plan.q_blocks = static_cast<int>(ceil_div(p.seqlen_q, plan.block_q));
   plan.ctas = int64_t(plan.q_blocks) * p.num_heads * p.batch;
+  if (plan.ctas > std::numeric_limits<int32_t>::max())
+    fail("seqlen_q", "q blocks x heads x batch must fit int32, got " + std::to_string(plan.ctas));
+  // Generation 2 is persistent: one CTA per SM (its shared memory allows no second) loops over tiles.
+  if (plan.kernel == DenseKernel::sm90_wgmma) plan.ctas = std::min<int64_t>(plan.ctas, dev.sm_count);
   if (plan.smem_bytes > static_cast<size_t>(dev.max_smem_per_block))
     fail("device", "needs " + std::to_string(plan.smem_bytes) + " bytes of shared memory per block, has " +
                        std::to_string(dev.max_smem_per_block));
@@ -193,7 +199,8 @@ void dense_attention_forward(const DenseAttentionProblem& p, const DenseAttentio
   if (!same_shape(p, plan)) fail("plan", "was made for a different problem shape");
   if (plan.ctas == 0) return;  // B = 0 or Lq = 0: nothing to write
   if (plan.kernel == DenseKernel::sm90_wgmma)
-    detail::launch_wgmma_forward(make_params(p), p.dtype, p.head_dim_qk, p.causal, plan.q_blocks, stream);
+    detail::launch_wgmma_forward(make_params(p), p.dtype, p.head_dim_qk, p.causal, plan.q_blocks,
+                                 static_cast<int>(plan.ctas), stream);
   else
     detail::launch_fa2_forward(make_params(p), p.dtype, p.head_dim_qk, plan.block_q, p.causal, plan.q_blocks,
                                stream);

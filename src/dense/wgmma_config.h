@@ -21,7 +21,7 @@ struct WgmmaTile {
   static constexpr int kProducerRegs = kConsumerGroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerGroups == 3 ? 160 : 232;
   static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= 65536, "register file");
-  static constexpr int kBarrierBytes = 8 * (1 + 2 * kStages);
+  static constexpr int kBarrierBytes = 8 * (2 + 2 * kStages);
   static constexpr int smem_bytes(int dv) {
     return 2 * (kBlockQ * kDqk + kStages * kBlockK * (kDqk + dv)) + 1024 + kBarrierBytes;
   }

@@ -103,9 +103,15 @@ __device__ __forceinline__ void tma_tile(uint8_t* dst, const CUtensorMap* map, i
   }
 }
 
+// One output tile of the persistent schedule: 128 (192) query rows of one (batch, head).
+struct TileCoord {
+  int q0, head, batch;
+  int n_tiles;  // key tiles it sees (causal: up to its last row's diagonal)
+};
+
 template <typename Elem, int kDqk, int kDv, bool kCausal>
 __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
-    wgmma_forward_kernel(const DenseParams p, const __grid_constant__ DenseTensorMaps maps) {
+    wgmma_forward_kernel(const DenseParams p, const __grid_constant__ DenseTensorMaps maps, const int q_blocks) {
   using Tile = WgmmaTile<kDqk>;
   constexpr int kBlockQ = Tile::kBlockQ, kBlockK = Tile::kBlockK, kStages = Tile::kStages;
   constexpr int kSTiles = kBlockK / 8, kOTiles = kDv / 8, kVChunks = kDv / 8;
@@ -121,23 +127,33 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   const uint32_t sK = sQ + kQBytes;
   const uint32_t sV = sK + kStages * kKBytes;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kQBytes + kStages * (kKBytes + kVBytes));
-  uint64_t* q_full = bars;
-  uint64_t* full = bars + 1;             // [kStages]: the stage's TMA bytes have landed
-  uint64_t* empty = bars + 1 + kStages;  // [kStages]: every consumer warp is done with the stage
+  uint64_t* q_full = bars;                   // Q of the CTA's k-th tile has landed (phase k)
+  uint64_t* q_empty = bars + 1;              // every consumer warp is done with the Q area (phase k)
+  uint64_t* full = bars + 2;                 // [kStages]: the stage's TMA bytes have landed
+  uint64_t* empty = bars + 2 + kStages;      // [kStages]: every consumer warp is done with the stage
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wg = warp / 4;  // warpgroup: query rows [64 wg, 64 wg + 64) of the tile
-  const int q_block = kCausal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int q0 = q_block * kBlockQ;
   const bool producer_wg = warp >= kConsumerWarps;
 
-  int k_end = p.seqlen_k;
-  if (kCausal) k_end = max(0, min(k_end, q0 + kBlockQ + p.causal_offset));
-  const int n_tiles = (k_end + kBlockK - 1) / kBlockK;
+  // Tiles in (batch, head)-major order, so the CTAs working at one time share a head's K/V in
+  // L2; causal tiles of a head heaviest first. CTA b takes tiles b, b + grid, b + 2 grid, ...
+  const int num_tiles = q_blocks * p.num_heads * p.batch;
+  auto coord = [&](int t) {
+    const int hb = t / q_blocks, qb = kCausal ? q_blocks - 1 - t % q_blocks : t % q_blocks;
+    TileCoord c;
+    c.q0 = qb * kBlockQ;
+    c.head = hb % p.num_heads;
+    c.batch = hb / p.num_heads;
+    int k_end = p.seqlen_k;
+    if (kCausal) k_end = max(0, min(k_end, c.q0 + kBlockQ + p.causal_offset));
+    c.n_tiles = (k_end + kBlockK - 1) / kBlockK;
+    return c;
+  };
 
   if (threadIdx.x == 0) {
     cuda::ptx::mbarrier_init(q_full, 1);
+    cuda::ptx::mbarrier_init(q_empty, kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       cuda::ptx::mbarrier_init(&full[s], 1);
       cuda::ptx::mbarrier_init(&empty[s], kConsumerWarps);
@@ -146,60 +162,70 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   }
   __syncthreads();
 
-  // Copy group g = K tile g (g < n_tiles) and V tile g - 1 (1 <= g <= n_tiles), both in stage
-  // g % kStages. The producer first waits for the consumers to release group g - kStages.
-  auto request_group = [&](int g) {
-    if (g > n_tiles) return;
-    const int stage = g % kStages;
-    if (g >= kStages) wait_phase(&empty[stage], ((g / kStages) - 1) & 1);
-    const uint32_t bytes = (g < n_tiles ? kKBytes : 0) + (g >= 1 ? kVBytes : 0);
-    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                         &full[stage], bytes);
-    if (g < n_tiles)
-      tma_tile<kDqk, kBlockK>(smem + kQBytes + stage * kKBytes, &maps.k, g * kBlockK, head, batch, &full[stage]);
-    if (g >= 1)
-      tma_tile<kDv, kBlockK>(smem + kQBytes + kStages * kKBytes + stage * kVBytes, &maps.v, (g - 1) * kBlockK, head,
-                             batch, &full[stage]);
-  };
-  // The producer warpgroup: Q, then every copy group as soon as its stage is free; it never
-  // waits on the consumers' math, only on the empty barriers. Its registers go to the consumers.
+  // The producer warpgroup. Copy group g of a tile = K tile g (g < n_tiles) and V tile g - 1
+  // (1 <= g <= n_tiles); groups are numbered across the CTA's tiles (seq) and group seq lives
+  // in stage seq % kStages, refilled once the consumers release group seq - kStages. The first
+  // groups of a tile go out before its Q, which must wait for the previous tile's epilogue.
   if (producer_wg) {
     ptx::setmaxnreg_dec<Tile::kProducerRegs>();
     if (warp == kConsumerWarps && lane == 0) {
-      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
-                                           q_full, kQBytes);
-      tma_tile<kDqk, kBlockQ>(smem, &maps.q, q0, head, batch, q_full);
-      for (int g = 0; g <= n_tiles; ++g) request_group(g);
+      uint32_t seq = 0;
+      int k = 0;
+      for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++k) {
+        const TileCoord c = coord(t);
+        auto request_group = [&](int g) {
+          const uint32_t gs = seq + g;
+          const int stage = gs % kStages;
+          if (gs >= kStages) wait_phase(&empty[stage], ((gs / kStages) - 1) & 1);
+          const uint32_t bytes = (g < c.n_tiles ? kKBytes : 0) + (g >= 1 ? kVBytes : 0);
+          cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                               cuda::ptx::space_shared, &full[stage], bytes);
+          if (g < c.n_tiles)
+            tma_tile<kDqk, kBlockK>(smem + kQBytes + stage * kKBytes, &maps.k, g * kBlockK, c.head, c.batch,
+                                    &full[stage]);
+          if (g >= 1)
+            tma_tile<kDv, kBlockK>(smem + kQBytes + kStages * kKBytes + stage * kVBytes, &maps.v,
+                                   (g - 1) * kBlockK, c.head, c.batch, &full[stage]);
+        };
+        const int groups = c.n_tiles > 0 ? c.n_tiles + 1 : 0;
+        const int early = min(groups, kStages - 1);
+        for (int g = 0; g < early; ++g) request_group(g);
+        if (k > 0) wait_phase(q_empty, (k - 1) & 1);
+        cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                             q_full, kQBytes);
+        tma_tile<kDqk, kBlockQ>(smem, &maps.q, c.q0, c.head, c.batch, q_full);
+        for (int g = early; g < groups; ++g) request_group(g);
+        seq += groups;
+      }
     }
     return;
   }
   ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
 
-  float o[4 * kOTiles];
-#pragma unroll
-  for (int i = 0; i < 4 * kOTiles; ++i) o[i] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY};
-  float l[2] = {0.f, 0.f};
-  const int warp_row0 = q0 + warp * 16;
   // This warpgroup's 64 rows of Q: column block b starts at b * kBlockQ * 128.
   const uint32_t sQ_wg = sQ + wg * 64 * 128;
+  float o[4 * kOTiles];
+  float m[2], l[2];
   float s[4 * kSTiles];          // S_j, then P_j in place
   uint32_t pa[kBlockK / 16][4];  // P_{j-1} as A fragments, read by the O wgmma in flight
+  uint32_t seq = 0;              // copy groups consumed so far (the producer's numbering)
 
   // Ping-pong (a ring when there are three): warpgroup w issues its matrix products after
-  // bar.sync(1 + w) and then lets the next one go (bar.arrive); the last opens the first turn.
+  // bar.sync(1 + w) and then lets the next one go (bar.arrive). Every warpgroup takes the same
+  // number of turns per tile, so the ring runs unbroken across tiles: the last warpgroup opens
+  // it once, warpgroup 0 closes it once.
   constexpr int kGroups = Tile::kConsumerGroups;
   auto my_turn = [&] { ptx::named_barrier_sync(1 + wg, 2 * 128); };
   auto your_turn = [&] { ptx::named_barrier_arrive(1 + (wg + 1) % kGroups, 2 * 128); };
   if (wg == kGroups - 1) your_turn();
 
-  auto begin_iteration = [&](int j) { wait_phase(&full[j % kStages], (j / kStages) & 1); };
+  auto begin_iteration = [&](int j) { wait_phase(&full[(seq + j) % kStages], ((seq + j) / kStages) & 1); };
   auto end_iteration = [&](int j) {  // this warp no longer reads group j's stage
     __syncwarp();
-    if (lane == 0) cuda::ptx::mbarrier_arrive(&empty[j % kStages]);
+    if (lane == 0) cuda::ptx::mbarrier_arrive(&empty[(seq + j) % kStages]);
   };
   auto issue_s = [&](int j) {  // S_j = Q K_j^T, one wgmma group
-    const uint32_t sKj = sK + (j % kStages) * kKBytes;
+    const uint32_t sKj = sK + ((seq + j) % kStages) * kKBytes;
 #pragma unroll
     for (int kk = 0; kk < kDqk / 16; ++kk) {
       const uint32_t col = kk / 4, koff = (kk % 4) * 32;
@@ -212,7 +238,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   auto issue_pv = [&](int g) {  // O += P V with V of copy group g, one wgmma group
     // V rows are keys (the k dimension), Dv contiguous (N-major): a k-step covers 16 keys = two
     // 8-row groups 1024 B apart; column blocks of 64 Dv sit kBlockK * 128 B apart.
-    const uint32_t sVg = sV + (g % kStages) * kVBytes;
+    const uint32_t sVg = sV + ((seq + g) % kStages) * kVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk)
       WO::rs(o, pa[kk], wgmma::desc_sw128(sVg + kk * 16 * 128, kBlockK * 128, 1024), 1);
@@ -223,72 +249,85 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     for (int kk = 0; kk < kBlockK / 16; ++kk) p_fragment<Elem>(s, kk, pa[kk]);
   };
 
-  // Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back; the softmax of S_j runs
-  // while the tensor cores still work on P_{j-1} V_{j-1}, and O is rescaled once that product has
-  // landed. The first and last iterations are peeled so the compiler sees one unconditional
-  // wgmma pipeline.
-  if (n_tiles > 0) {
-    wait_phase(q_full, 0);
-    begin_iteration(0);
-    my_turn();
-    wgmma::fence();
-    issue_s(0);
-    your_turn();
-    wgmma::wait<0>();
-    wgmma::pin(s);
-    float alpha[2];
-    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, 0, warp_row0, lane);
-    to_fragments();
-    end_iteration(0);
-  }
-  for (int j = 1; j < n_tiles; ++j) {
-    begin_iteration(j);
-    my_turn();
-    wgmma::fence();
-    issue_s(j);
-    issue_pv(j);
-    your_turn();
-    wgmma::wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
-    wgmma::pin(s);
-    float alpha[2];
-    online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
-    wgmma::wait<0>();
-    wgmma::pin(o);
-    end_iteration(j);
-    rescale_rows<kOTiles>(o, alpha);
-    to_fragments();
-  }
-  if (n_tiles > 0) {
-    begin_iteration(n_tiles);
-    my_turn();
-    wgmma::fence();
-    issue_pv(n_tiles);
-    your_turn();
-    wgmma::wait<0>();
-    wgmma::pin(o);
-    end_iteration(n_tiles);
+  int k = 0;
+  for (int t = blockIdx.x; t < num_tiles; t += gridDim.x, ++k) {
+    const TileCoord c = coord(t);
+    const int n_tiles = c.n_tiles;
+    const int warp_row0 = c.q0 + warp * 16;
+#pragma unroll
+    for (int i = 0; i < 4 * kOTiles; ++i) o[i] = 0.f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.f;
+    // Q has landed (also when there is no key tile: its bytes must not land over staged rows).
+    wait_phase(q_full, k & 1);
+
+    // Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back; the softmax of S_j
+    // runs while the tensor cores still work on P_{j-1} V_{j-1}, and O is rescaled once that
+    // product has landed. The first and last iterations are peeled so the compiler sees one
+    // unconditional wgmma pipeline.
+    if (n_tiles > 0) {
+      begin_iteration(0);
+      my_turn();
+      wgmma::fence();
+      issue_s(0);
+      your_turn();
+      wgmma::wait<0>();
+      wgmma::pin(s);
+      float alpha[2];
+      online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, 0, warp_row0, lane);
+      to_fragments();
+      end_iteration(0);
+    }
+    for (int j = 1; j < n_tiles; ++j) {
+      begin_iteration(j);
+      my_turn();
+      wgmma::fence();
+      issue_s(j);
+      issue_pv(j);
+      your_turn();
+      wgmma::wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
+      wgmma::pin(s);
+      float alpha[2];
+      online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
+      wgmma::wait<0>();
+      wgmma::pin(o);
+      end_iteration(j);
+      rescale_rows<kOTiles>(o, alpha);
+      to_fragments();
+    }
+    if (n_tiles > 0) {
+      begin_iteration(n_tiles);
+      my_turn();
+      wgmma::fence();
+      issue_pv(n_tiles);
+      your_turn();
+      wgmma::wait<0>();
+      wgmma::pin(o);
+      end_iteration(n_tiles);
+      seq += n_tiles + 1;
+    }
+
+    // Epilogue: stage this warp's 16 rows in its own rows of the Q area (this warpgroup's wgmmas
+    // have completed and no other warp reads them), 16-byte row stores, then hand the Q area back.
+    float inv[2], lse[2];
+    finish_rows(m, l, inv, lse);
+    const int staged_row0 = warp * 16;
+#pragma unroll
+    for (int n = 0; n < kOTiles; ++n)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = staged_row0 + lane / 4 + 8 * r;
+        *reinterpret_cast<uint32_t*>(smem + Sw128<kBlockQ>{}(row, n) + 4 * (lane % 4)) =
+            ElemOps<Elem>::pack(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
+      }
+    __syncwarp();
+    auto staged_offset = [staged_row0](int r, int col) { return Sw128<kBlockQ>{}(staged_row0 + r, col); };
+    store_rows<kVChunks>(smem, staged_offset, p, c.batch, c.head, warp_row0, lane, lse);
+    wgmma::fence_proxy_async_smem();  // these generic accesses come before the next Q's TMA writes
+    __syncwarp();
+    if (lane == 0) cuda::ptx::mbarrier_arrive(q_empty);
   }
   if (wg == 0) my_turn();  // consumes the last warpgroup's last your_turn()
-
-  // Q has landed even when there was no tile (its bytes must not arrive over the staged rows).
-  wait_phase(q_full, 0);
-
-  // Epilogue: stage this warp's 16 rows in its own rows of the Q area (this warpgroup's wgmmas
-  // have completed and the other one never reads them), then 16-byte row stores.
-  float inv[2], lse[2];
-  finish_rows(m, l, inv, lse);
-  const int staged_row0 = warp * 16;
-#pragma unroll
-  for (int n = 0; n < kOTiles; ++n)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = staged_row0 + lane / 4 + 8 * r;
-      *reinterpret_cast<uint32_t*>(smem + Sw128<kBlockQ>{}(row, n) + 4 * (lane % 4)) =
-          ElemOps<Elem>::pack(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
-    }
-  __syncwarp();
-  auto staged_offset = [staged_row0](int r, int c) { return Sw128<kBlockQ>{}(staged_row0 + r, c); };
-  store_rows<kVChunks>(smem, staged_offset, p, batch, head, warp_row0, lane, lse);
 }
 
 // cuTensorMapEncodeTiled from the driver, found once through the runtime (no libcuda link).
@@ -322,7 +361,7 @@ CUtensorMap tensor_map(const void* base, DType dtype, int dim, int rows, int hea
 }
 
 template <typename Elem, int kDqk, int kDv, bool kCausal>
-void launch(const DenseParams& p, DType dtype, int q_blocks, cudaStream_t stream) {
+void launch(const DenseParams& p, DType dtype, int q_blocks, int ctas, cudaStream_t stream) {
   using Tile = WgmmaTile<kDqk>;
   constexpr int kSmem = Tile::smem_bytes(kDv);
   constexpr auto kernel = wgmma_forward_kernel<Elem, kDqk, kDv, kCausal>;
@@ -334,18 +373,17 @@ void launch(const DenseParams& p, DType dtype, int q_blocks, cudaStream_t stream
                       p.k_batch_stride, Tile::kBlockK);
   maps.v = tensor_map(p.v, dtype, kDv, p.seqlen_k, p.num_heads, p.batch, p.v_row_stride, p.v_head_stride,
                       p.v_batch_stride, Tile::kBlockK);
-  const dim3 grid(static_cast<unsigned>(q_blocks), static_cast<unsigned>(p.num_heads), static_cast<unsigned>(p.batch));
-  kernel<<<grid, Tile::kThreads, kSmem, stream>>>(p, maps);
+  kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, kSmem, stream>>>(p, maps, q_blocks);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks,
+void launch_wgmma_forward(const DenseParams& p, DType dtype, int head_dim_qk, bool causal, int q_blocks, int ctas,
                           cudaStream_t stream) {
   dispatch_dense(dtype, head_dim_qk, causal, [&](auto elem, auto dqk, auto dv, auto masked) {
     launch<typename decltype(elem)::type, decltype(dqk)::value, decltype(dv)::value, decltype(masked)::value>(
-        p, dtype, q_blocks, stream);
+        p, dtype, q_blocks, ctas, stream);
   });
 }
 

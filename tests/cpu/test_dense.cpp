@@ -242,16 +242,21 @@ TEST(DensePlanner, Generation2TilesAndSharedMemory) {
   EXPECT_EQ(plan.block_k, 128);
   EXPECT_EQ(plan.q_blocks, 8);
   EXPECT_EQ(plan.stages, 3);
-  EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 128 + 3 * 128 * 256) + 1024 + 56));
+  EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 128 + 3 * 128 * 256) + 1024 + 64));
+  EXPECT_EQ(plan.ctas, 64);  // 8 q-blocks x 4 heads x 2 batches, fewer than the SMs
   p.head_dim_qk = 192;  // MLA prefill: two stages, 209 KB of the H100's 227 KB
   plan = plan_dense_attention(p, h100, wg);
   EXPECT_EQ(plan.stages, 2);
-  EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 192 + 2 * 128 * 320) + 1024 + 40));
+  EXPECT_EQ(plan.smem_bytes, size_t(2 * (128 * 192 + 2 * 128 * 320) + 1024 + 48));
   p.head_dim_qk = p.head_dim_v = 64;  // three consumer warpgroups: 192-row tiles
   plan = plan_dense_attention(p, h100, wg);
   EXPECT_EQ(plan.block_q, 192);
   EXPECT_EQ(plan.q_blocks, 6);
   EXPECT_EQ(plan.warps, 16);
+  p.batch = 16; p.num_heads = 16;  // 6 x 256 tiles: persistent, one CTA per SM
+  plan = plan_dense_attention(p, h100, wg);
+  EXPECT_EQ(plan.ctas, 132);
+  p.batch = 2; p.num_heads = 4;
   wg.block_q = 64;
   EXPECT_THROW(plan_dense_attention(p, h100, wg), Error);
   // The planner's own pick is generation 2; a block_q asks for generation 1.

@@ -244,6 +244,17 @@ TEST_F(Gpu, DenseDifferentQueryAndKeyLengths) {
   }
 }
 
+// ---- many tiles per persistent CTA, some seeing no key at all (causal, Lq > Lk) ------------------
+TEST_F(Gpu, DensePersistentTilesIncludingEmptyOnes) {
+  Shape s;
+  s.B = 4; s.N = 64; s.Lq = 600; s.Lk = 100; s.Dqk = s.Dv = 128; s.causal = true;  // 1280 tiles
+  const Agreement a = run_and_compare(s, 4242, choose(DenseKernel::sm90_wgmma));
+  EXPECT_TRUE(a.ok()) << s.str() << ": " << a.summary();
+  s.Lq = 700; s.Lk = 900; s.Dqk = s.Dv = 64; s.N = 40;  // 192-row tiles, ragged last block
+  const Agreement b = run_and_compare(s, 4243, choose(DenseKernel::sm90_wgmma));
+  EXPECT_TRUE(b.ok()) << s.str() << ": " << b.summary();
+}
+
 // ---- B * N from 1 to 256 ---------------------------------------------------------------------
 TEST_F(Gpu, DenseBatchAndHeadCounts) {
   const int cases[][2] = {{1, 1}, {2, 3}, {3, 5}, {4, 64}};
