@@ -77,7 +77,7 @@ struct DenseAttentionPlan {
   int stages = 0;                // K/V tiles in flight
   int warps = 0;
   int q_blocks = 0;              // ceil(Lq / block_q)
-  int64_t ctas = 0;              // blocks launched: q_blocks * N * B, or at most one per SM (sm90_wgmma)
+  int64_t ctas = 0;              // blocks launched: q_blocks * N * B, or at most one per SM (sm90_wgmma, not causal)
   size_t smem_bytes = 0;
 };
 

@@ -14,6 +14,8 @@
 //   4. O += P V: P re-packed from the S accumulators as register A fragments, V as an N-major
 //      (row-major keys x Dv) descriptor; wgmma m64n{Dv}k16.
 //   5. Epilogue as generation 1: normalise, stage in the Q area, 16-byte row stores.
+// Scheduling: without a mask the grid is one CTA per SM and each loops over tiles (the next tile's
+// K/V stream in during this tile's epilogue); causal launches a CTA per tile, heaviest first.
 // Overlap (FlashAttention-3's two ideas): within a warpgroup, the softmax of tile j runs while the
 // tensor cores do P_{j-1} V_{j-1}; between the two warpgroups, named barriers alternate who
 // issues its matrix products ("ping-pong"), so one warpgroup's softmax hides under the other's.
@@ -29,6 +31,10 @@
 //   v6 fe57519  438 | 653 | 615 | 421   producer warpgroup (setmaxnreg 40/232), three stages at D <= 128
 //   v7 2402e20  435 | 654 | 617 | 464   D = 64: three consumer warpgroups (192 query rows)
 //   v8 fc26f41  435 | 649 | 611 | 466   D = 64: row sums on the tensor cores (P [V | ones]): noise, reverted
+//   v9 4786a82  434 | 662 | 594 | 478   persistent CTAs: non-causal +0.5 to +3 %, causal -4 % (static
+//                                       round-robin balances worse than the block scheduler)
+//   v10         434 | 662 | 620 | 478   persistent for non-causal only (the same kernel; causal
+//                                       launches a CTA per tile)
 //   SDPA default in the v7 run: 180 | 657 | 556 | 432 (the first is event-timed, launch included)
 #include <cmath>
 #include <cstdint>

@@ -256,6 +256,10 @@ TEST(DensePlanner, Generation2TilesAndSharedMemory) {
   p.batch = 16; p.num_heads = 16;  // 6 x 256 tiles: persistent, one CTA per SM
   plan = plan_dense_attention(p, h100, wg);
   EXPECT_EQ(plan.ctas, 132);
+  p.causal = true;  // causal: a CTA per tile, heaviest first
+  plan = plan_dense_attention(p, h100, wg);
+  EXPECT_EQ(plan.ctas, 6 * 256);
+  p.causal = false;
   p.batch = 2; p.num_heads = 4;
   wg.block_q = 64;
   EXPECT_THROW(plan_dense_attention(p, h100, wg), Error);

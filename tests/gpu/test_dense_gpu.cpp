@@ -244,15 +244,18 @@ TEST_F(Gpu, DenseDifferentQueryAndKeyLengths) {
   }
 }
 
-// ---- many tiles per persistent CTA, some seeing no key at all (causal, Lq > Lk) ------------------
-TEST_F(Gpu, DensePersistentTilesIncludingEmptyOnes) {
+// ---- many tiles per persistent CTA (no mask), and causal tiles that see no key at all ----------
+TEST_F(Gpu, DensePersistentTilesAndEmptyCausalTiles) {
   Shape s;
   s.B = 4; s.N = 64; s.Lq = 600; s.Lk = 100; s.Dqk = s.Dv = 128; s.causal = true;  // 1280 tiles
   const Agreement a = run_and_compare(s, 4242, choose(DenseKernel::sm90_wgmma));
   EXPECT_TRUE(a.ok()) << s.str() << ": " << a.summary();
-  s.Lq = 700; s.Lk = 900; s.Dqk = s.Dv = 64; s.N = 40;  // 192-row tiles, ragged last block
+  s.Lq = 700; s.Lk = 900; s.Dqk = s.Dv = 64; s.N = 40; s.causal = false;  // 640 tiles of 192 rows, ragged
   const Agreement b = run_and_compare(s, 4243, choose(DenseKernel::sm90_wgmma));
   EXPECT_TRUE(b.ok()) << s.str() << ": " << b.summary();
+  s.Dqk = 192; s.Dv = 128;  // two stages
+  const Agreement c = run_and_compare(s, 4244, choose(DenseKernel::sm90_wgmma));
+  EXPECT_TRUE(c.ok()) << s.str() << ": " << c.summary();
 }
 
 // ---- B * N from 1 to 256 ---------------------------------------------------------------------
