@@ -33,9 +33,9 @@
 //   v8 fc26f41  435 | 649 | 611 | 466   D = 64: row sums on the tensor cores (P [V | ones]): noise, reverted
 //   v9 4786a82  434 | 662 | 594 | 478   persistent CTAs: non-causal +0.5 to +3 %, causal -4 % (static
 //                                       round-robin balances worse than the block scheduler)
-//   v10         434 | 662 | 620 | 478   persistent for non-causal only (the same kernel; causal
+//   v10 f946420 429 | 652 | 620 | 478   persistent for non-causal only (the same kernel; causal
 //                                       launches a CTA per tile)
-//   SDPA default in the v7 run: 180 | 657 | 556 | 432 (the first is event-timed, launch included)
+//   SDPA default in the v10 run: 195 | 632 | 585 | 454 (the first is event-timed, launch included)
 #include <cmath>
 #include <cstdint>
 #include <string>
