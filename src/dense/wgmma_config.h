@@ -21,6 +21,9 @@ struct WgmmaTile {
   static constexpr int kProducerRegs = kConsumerGroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerGroups == 3 ? 160 : 232;
   static_assert(128 * kProducerRegs + 128 * kConsumerGroups * kConsumerRegs <= 65536, "register file");
+  // D = 64's softmax is the critical path: reduce its rows through trees (run 36: +1-2 % there,
+  // -4 % at D = 128).
+  static constexpr bool kTreeSoftmax = kDqk == 64;
   static constexpr int kBarrierBytes = 8 * (2 + 2 * kStages);
   static constexpr int smem_bytes(int dv) {
     return 2 * (kBlockQ * kDqk + kStages * kBlockK * (kDqk + dv)) + 1024 + kBarrierBytes;

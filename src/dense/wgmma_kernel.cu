@@ -35,6 +35,8 @@
 //                                       round-robin balances worse than the block scheduler)
 //   v10 f946420 429 | 652 | 620 | 478   persistent for non-causal only (the same kernel; causal
 //                                       launches a CTA per tile)
+//   v11         430 | 654 | 620 | 485   D = 64: both rows' max and sum through 4-way trees (the same
+//                                       softmax at D = 128 lost 4 %, so it is D = 64's only)
 //   SDPA default in the v10 run: 195 | 632 | 585 | 454 (the first is event-timed, launch included)
 #include <cmath>
 #include <cstdint>
@@ -280,7 +282,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
       wgmma::wait<0>();
       wgmma::pin(s);
       float alpha[2];
-      online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, 0, warp_row0, lane);
+      online_softmax_tile<kSTiles, kCausal, Tile::kTreeSoftmax>(s, m, l, alpha, p, 0, warp_row0, lane);
       to_fragments();
       end_iteration(0);
     }
@@ -294,7 +296,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
       wgmma::wait<1>();  // S_j has landed; P_{j-1} V_{j-1} may still run
       wgmma::pin(s);
       float alpha[2];
-      online_softmax_tile<kSTiles, kCausal>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
+      online_softmax_tile<kSTiles, kCausal, Tile::kTreeSoftmax>(s, m, l, alpha, p, j * kBlockK, warp_row0, lane);
       wgmma::wait<0>();
       wgmma::pin(o);
       end_iteration(j);
