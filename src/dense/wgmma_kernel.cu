@@ -35,9 +35,9 @@
 //                                       round-robin balances worse than the block scheduler)
 //   v10 f946420 429 | 652 | 620 | 478   persistent for non-causal only (the same kernel; causal
 //                                       launches a CTA per tile)
-//   v11 9f70816 430 | 654 | 620 | 485   D = 64: both rows' max and sum through 4-way trees (the same
+//   v11 9f70816 437 | 658 | 623 | 484   D = 64: both rows' max and sum through 4-way trees (the same
 //                                       softmax at D = 128 lost 4 %, so it is D = 64's only)
-//   SDPA default in the v10 run: 195 | 632 | 585 | 454 (the first is event-timed, launch included)
+//   SDPA default in the v11 run: 168 | 640 | 575 | 456 (the first is event-timed, launch included)
 #include <cmath>
 #include <cstdint>
 #include <string>
