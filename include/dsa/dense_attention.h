@@ -63,7 +63,7 @@ enum class DenseKernel {
 // A configuration forced instead of the planner's (tuning, tests): 0 / automatic keep its choice.
 struct DenseChoice {
   DenseKernel kernel = DenseKernel::automatic;
-  int block_q = 0;  // sm80_mma only: 64 or 128
+  int block_q = 0;  // sm80_mma only: 64 or 128 (with kernel automatic, a block_q selects sm80_mma)
 };
 
 struct DenseAttentionPlan {
