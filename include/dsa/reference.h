@@ -14,6 +14,9 @@ float bf16_to_float(uint16_t bits);
 uint16_t float_to_bf16(float value);  // round to nearest even; NaN stays NaN
 float fp16_to_float(uint16_t bits);
 uint16_t float_to_fp16(float value);  // round to nearest even; overflow to inf; NaN stays NaN
+// The 16-bit type `dtype` names: bits -> float, and float -> bits as above.
+float to_float(DType dtype, uint16_t bits);
+uint16_t from_float(DType dtype, float value);
 
 // The semantics of sparse_mla.h with double accumulation. All pointers in `problem` are host
 // pointers; strides as in the GPU API. Writes packed out_ref[T, H, 512] and lse_ref[T, H].

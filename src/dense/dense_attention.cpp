@@ -150,31 +150,18 @@ DenseAttentionPlan plan_dense_attention(const DenseAttentionProblem& p, const De
   plan.kernel = choice.kernel;
   if (plan.kernel == DenseKernel::automatic)
     plan.kernel = choice.block_q != 0 ? DenseKernel::sm80_mma : DenseKernel::sm90_wgmma;  // block_q is FA2's knob
-  if (plan.kernel == DenseKernel::sm90_wgmma) {
-    auto take = [&](auto tile) {
-      using Tile = decltype(tile);
-      plan.block_q = Tile::kBlockQ;
-      plan.warps = Tile::kThreads / 32;
-      plan.smem_bytes = Tile::smem_bytes(p.head_dim_v);
-      plan.block_k = Tile::kBlockK;
-      plan.stages = Tile::kStages;
-    };
-    switch (p.head_dim_qk) {
-      case 64: take(detail::WgmmaTile<64>{}); break;
-      case 128: take(detail::WgmmaTile<128>{}); break;
-      default: take(detail::WgmmaTile<192>{}); break;
-    }
-  } else {
-    // 128-row tiles (8 warps) unless that leaves SMs idle: then 64-row tiles double the CTAs.
-    int block_q = choice.block_q;
-    if (block_q == 0) block_q = ceil_div(p.seqlen_q, 128) * heads >= 2 * int64_t(dev.sm_count) ? 128 : 64;
-    const detail::Fa2TileInfo tile = detail::fa2_tile_info(p.head_dim_qk, p.head_dim_v, block_q);
-    plan.block_q = tile.block_q;
-    plan.block_k = tile.block_k;
-    plan.stages = tile.stages;
-    plan.warps = tile.warps;
-    plan.smem_bytes = tile.smem_bytes;
-  }
+  // Generation 1's query tile: 128 rows (8 warps) unless that leaves SMs idle, then 64 rows
+  // double the CTAs.
+  int block_q = choice.block_q;
+  if (block_q == 0) block_q = ceil_div(p.seqlen_q, 128) * heads >= 2 * int64_t(dev.sm_count) ? 128 : 64;
+  const detail::DenseTileInfo tile = plan.kernel == DenseKernel::sm90_wgmma
+                                         ? detail::wgmma_tile_info(p.head_dim_qk, p.head_dim_v)
+                                         : detail::fa2_tile_info(p.head_dim_qk, p.head_dim_v, block_q);
+  plan.block_q = tile.block_q;
+  plan.block_k = tile.block_k;
+  plan.stages = tile.stages;
+  plan.warps = tile.warps;
+  plan.smem_bytes = tile.smem_bytes;
   plan.q_blocks = static_cast<int>(ceil_div(p.seqlen_q, plan.block_q));
   plan.ctas = int64_t(plan.q_blocks) * p.num_heads * p.batch;
   if (plan.ctas > std::numeric_limits<int32_t>::max())

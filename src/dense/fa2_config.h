@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "dense/params.h"
+
 namespace dsa::detail {
 
 // kBlockQ query rows (16 per warp) x kBlockK key rows per tile, kStages K/V tiles in flight.
@@ -17,18 +19,13 @@ struct Fa2Tile {
 };
 
 // Host-side view of the same numbers for the planner.
-struct Fa2TileInfo {
-  int block_q, block_k, stages, warps;
-  size_t smem_bytes;
-};
-
 template <int kDqk, int kBlockQ>
-constexpr Fa2TileInfo fa2_tile_info(int dv) {
+constexpr DenseTileInfo fa2_tile_info(int dv) {
   using T = Fa2Tile<kDqk, kBlockQ>;
   return {kBlockQ, T::kBlockK, T::kStages, T::kWarps, static_cast<size_t>(T::smem_bytes(dv))};
 }
 
-constexpr Fa2TileInfo fa2_tile_info(int dqk, int dv, int block_q) {
+constexpr DenseTileInfo fa2_tile_info(int dqk, int dv, int block_q) {
   if (dqk == 64) return block_q == 64 ? fa2_tile_info<64, 64>(dv) : fa2_tile_info<64, 128>(dv);
   if (dqk == 128) return block_q == 64 ? fa2_tile_info<128, 64>(dv) : fa2_tile_info<128, 128>(dv);
   return block_q == 64 ? fa2_tile_info<192, 64>(dv) : fa2_tile_info<192, 128>(dv);

@@ -2,6 +2,7 @@
 // derived constants, no ownership. Host and device code both include it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace dsa::detail {
@@ -21,6 +22,13 @@ struct DenseParams {
   int causal_offset;  // Lk - Lq: row i sees keys j <= i + causal_offset when causal
   float scale;
   float scale_log2;   // scale * log2(e): the fast kernels work in base 2
+};
+
+// What the planner reads off a kernel's tile configuration (fa2_tile_info, wgmma_tile_info).
+struct DenseTileInfo {
+  int block_q, block_k, stages;
+  int warps;  // all warps of a CTA
+  size_t smem_bytes;
 };
 
 }  // namespace dsa::detail

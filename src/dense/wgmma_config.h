@@ -1,6 +1,10 @@
 // Tile sizes of the wgmma (generation 2) kernel, decided in one place (host and device include it).
 #pragma once
 
+#include <cstddef>
+
+#include "dense/params.h"
+
 namespace dsa::detail {
 
 // Consumer warpgroups of 64 query rows + one producer warpgroup; 128-key tiles. Head dim 64
@@ -29,5 +33,18 @@ struct WgmmaTile {
     return 2 * (kBlockQ * kDqk + kStages * kBlockK * (kDqk + dv)) + 1024 + kBarrierBytes;
   }
 };
+
+// Host-side view of the same numbers for the planner (warps include the producer warpgroup).
+template <int kDqk>
+constexpr DenseTileInfo wgmma_tile_info(int dv) {
+  using T = WgmmaTile<kDqk>;
+  return {T::kBlockQ, T::kBlockK, T::kStages, T::kThreads / 32, static_cast<size_t>(T::smem_bytes(dv))};
+}
+
+constexpr DenseTileInfo wgmma_tile_info(int dqk, int dv) {
+  if (dqk == 64) return wgmma_tile_info<64>(dv);
+  if (dqk == 128) return wgmma_tile_info<128>(dv);
+  return wgmma_tile_info<192>(dv);
+}
 
 }  // namespace dsa::detail

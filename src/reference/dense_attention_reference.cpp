@@ -4,15 +4,15 @@
 #include <limits>
 #include <vector>
 
+#include "common/arg_checks.h"
 #include "dsa/reference.h"
 
 namespace dsa {
 
 void dense_attention_reference_cpu(const DenseAttentionProblem& p, double* out_ref, double* lse_ref) {
   validate(p);
-  auto stride = [](int64_t v, int64_t packed) { return v == 0 ? packed : v; };
+  const auto stride = detail::or_default;  // 0 = packed
   const int64_t N = p.num_heads, Lq = p.seqlen_q, Lk = p.seqlen_k, Dqk = p.head_dim_qk, Dv = p.head_dim_v;
-  auto widen = p.dtype == DType::bf16 ? bf16_to_float : fp16_to_float;
   // Row r of head (b, n) of tensor t with default packed strides.
   auto row = [&](const DenseTensor& t, int64_t b, int64_t n, int64_t r, int64_t rows, int64_t dim) {
     const int64_t rs = stride(t.row_stride, dim), hs = stride(t.head_stride, rows * dim),
@@ -36,7 +36,7 @@ void dense_attention_reference_cpu(const DenseAttentionProblem& p, double* out_r
         for (int64_t j = 0; j < key_end; ++j) {
           const uint16_t* k = row(p.k, b, n, j, Lk, Dqk);
           double dot = 0.0;
-          for (int64_t d = 0; d < Dqk; ++d) dot += double(widen(q[d])) * widen(k[d]);
+          for (int64_t d = 0; d < Dqk; ++d) dot += double(to_float(p.dtype, q[d])) * to_float(p.dtype, k[d]);
           logits[j] = dot * double(p.scale);
           mx = std::max(mx, logits[j]);
         }
@@ -45,7 +45,7 @@ void dense_attention_reference_cpu(const DenseAttentionProblem& p, double* out_r
         for (int64_t j = 0; j < key_end; ++j) {
           const double w = std::exp(logits[j] - mx) / sum;
           const uint16_t* v = row(p.v, b, n, j, Lk, Dv);
-          for (int64_t d = 0; d < Dv; ++d) o[d] += w * widen(v[d]);
+          for (int64_t d = 0; d < Dv; ++d) o[d] += w * to_float(p.dtype, v[d]);
         }
         *lse = (mx + std::log(sum)) / std::log(2.0);
       }

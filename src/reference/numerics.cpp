@@ -54,6 +54,14 @@ uint16_t float_to_fp16(float value) {
   return sign | static_cast<uint16_t>(((exponent + 15) << 10) | (static_cast<int>(mantissa) - 1024));
 }
 
+float to_float(DType dtype, uint16_t bits) {
+  return dtype == DType::bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
+}
+
+uint16_t from_float(DType dtype, float value) {
+  return dtype == DType::bf16 ? float_to_bf16(value) : float_to_fp16(value);
+}
+
 Agreement compare_values(const float* out, int64_t n_out, const float* lse, int64_t n_lse, const double* out_ref,
                          const double* lse_ref) {
   Agreement a;

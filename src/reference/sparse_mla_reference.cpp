@@ -1,4 +1,5 @@
 // CPU reference: one token and head at a time, double accumulation, no shortcuts.
+#include "common/arg_checks.h"
 #include "dsa/reference.h"
 
 #include <cmath>
@@ -9,7 +10,7 @@ namespace dsa {
 
 void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double* lse_ref) {
   validate(p);
-  auto stride = [](int64_t v, int64_t packed) { return v == 0 ? packed : v; };
+  const auto stride = detail::or_default;  // 0 = packed
   const int64_t H = p.num_heads;
   const int64_t qn_t = stride(p.q_nope_token_stride, H * kCkvDim), qn_h = stride(p.q_nope_head_stride, kCkvDim);
   const int64_t qp_t = stride(p.q_pe_token_stride, H * kKpeDim), qp_h = stride(p.q_pe_head_stride, kKpeDim);

@@ -46,7 +46,7 @@ struct Small {
       x.resize(n);
       for (auto& e : x) {
         const float f = static_cast<float>(rng.normal());
-        e = dt == DType::bf16 ? float_to_bf16(f) : float_to_fp16(f);
+        e = from_float(dt, f);
       }
     };
     fill(q, size_t(Lq) * D);
@@ -60,7 +60,7 @@ struct Small {
     p.q.data = q.data(); p.k.data = k.data(); p.v.data = v.data(); p.out = out.data();
   }
   float at(const std::vector<uint16_t>& x, size_t i) const {
-    return p.dtype == DType::bf16 ? bf16_to_float(x[i]) : fp16_to_float(x[i]);
+    return to_float(p.dtype, x[i]);
   }
 };
 

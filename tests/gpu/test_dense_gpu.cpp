@@ -54,7 +54,7 @@ struct HostInputs {
     std::vector<uint16_t> out(n);
     for (auto& x : out) {
       const float f = static_cast<float>(rng.normal() * magnitude);
-      x = s.dtype == DType::bf16 ? float_to_bf16(f) : float_to_fp16(f);
+      x = from_float(s.dtype, f);
     }
     return out;
   }
@@ -72,8 +72,6 @@ struct HostInputs {
   size_t out_elems() const { return size_t(s.B) * s.N * s.Lq * s.Dv; }
   size_t lse_elems() const { return size_t(s.B) * s.N * s.Lq; }
 };
-
-float widen(DType d, uint16_t bits) { return d == DType::bf16 ? bf16_to_float(bits) : fp16_to_float(bits); }
 
 // Device outputs with optional padding between rows (out) and heads (lse), poisoned on demand.
 struct DeviceOutputs {
@@ -113,7 +111,7 @@ struct DeviceOutputs {
       for (int n = 0; n < s.N; ++n)
         for (int i = 0; i < s.Lq; ++i) {
           const size_t base = b * out_batch_stride + n * out_head_stride + i * out_row_stride;
-          for (int d = 0; d < s.Dv; ++d) o.push_back(widen(s.dtype, ro[base + d]));
+          for (int d = 0; d < s.Dv; ++d) o.push_back(to_float(s.dtype, ro[base + d]));
           l.push_back(rl[b * lse_batch_stride + n * lse_head_stride + i]);
           written += s.Dv;
         }

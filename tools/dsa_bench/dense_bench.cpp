@@ -65,7 +65,7 @@ void fetch(const DenseCase& c, const void* out, const float* lse, std::vector<fl
   std::vector<uint16_t> bits(n_out);
   DSA_CUDA_CHECK(cudaMemcpy(bits.data(), out, n_out * 2, cudaMemcpyDeviceToHost));
   o.resize(n_out);
-  for (size_t i = 0; i < n_out; ++i) o[i] = c.dtype == DType::bf16 ? bf16_to_float(bits[i]) : fp16_to_float(bits[i]);
+  for (size_t i = 0; i < n_out; ++i) o[i] = to_float(c.dtype, bits[i]);
   l.resize(size_t(c.batch) * c.heads * c.seqlen_q);
   DSA_CUDA_CHECK(cudaMemcpy(l.data(), lse, l.size() * 4, cudaMemcpyDeviceToHost));
 }
