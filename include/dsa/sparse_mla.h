@@ -71,25 +71,18 @@ struct DeviceInfo {
 struct SparseMlaPlan {
   int num_tokens = 0, num_heads = 0, topk = 0;  // the shape it was made for
   int block_keys = 0;    // KV rows per pipeline tile (16, 32 or 64)
-  int splits = 0;        // index chunks per token
+  int splits = 0;        // index chunks per token; > 1 adds a combine kernel
   int chunk = 0;         // index positions per split (<= kMaxChunk)
-  // Splits merge in two levels: `cluster` consecutive splits form a thread-block cluster and
-  // merge through distributed shared memory; the cluster's result goes to the output when
-  // groups == 1, else to fp32 partials that a combine kernel merges.
-  int cluster = 0;       // CTAs per cluster (1, 2, 4 or 8)
-  int groups = 0;        // ceil(splits / cluster): partials per (token, head); > 1 adds a combine
-  int ctas = 0;          // blocks of the main kernel (T x H/16 x groups x cluster)
-  size_t workspace_bytes = 0;  // fp32 partials; 0 when groups == 1
+  int ctas = 0;          // blocks of the main kernel
+  size_t workspace_bytes = 0;  // fp32 partials; 0 when splits == 1
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;
-  static constexpr int kMaxCluster = 8;
 };
 
 // A configuration forced instead of the planner's (tuning, tests): 0 keeps the planner's choice.
 struct PlanChoice {
   int block_keys = 0;  // 16, 32 or 64
   int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
-  int cluster = 0;     // 1, 2, 4 or 8 CTAs per cluster, <= splits (1: every split to the combine)
 };
 
 // Pure function of shape and device: what tests call without a GPU. Throws dsa::Error for an

@@ -30,10 +30,8 @@ struct SparseMlaParams {
   float scale_log2;      // sm_scale * log2(e): logits in base 2
   // plan
   int block_keys, splits, chunk;
-  int cluster;           // CTAs per thread-block cluster: consecutive splits merged on chip
-  int groups;            // clusters per (token, head group); the combine merges their partials
-  float* partial_out;    // [T, H, groups, 512] fp32, normalised per group (groups > 1)
-  float* partial_lse;    // [T, H, groups] base 2, -inf for a group with no valid row
+  float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
+  float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
   // Diagnostics (dsa-bench --timeline): when set, thread 0 of CTA b writes kTimelinePoints
   // values at timeline[b * kTimelinePoints]: %globaltimer at entry (ns), then SM clock cycles
   // since entry after Q issue, compaction, Q in registers, first tile landed, the loop, the

@@ -25,9 +25,9 @@ using detail::require_disjoint;
 using detail::require_pointer;
 using detail::require_vector_stride;
 
-// fp32 partial outputs [T, H, groups, 512] then partial lse [T, H, groups].
-size_t workspace_for(int num_tokens, int num_heads, int groups) {
-  return groups > 1 ? static_cast<size_t>(num_tokens) * num_heads * groups * (kCkvDim + 1) * sizeof(float) : 0;
+// fp32 partial outputs [T, H, splits, 512] then partial lse [T, H, splits].
+size_t workspace_for(int num_tokens, int num_heads, int splits) {
+  return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * (kCkvDim + 1) * sizeof(float) : 0;
 }
 
 struct ResolvedStrides {
@@ -159,25 +159,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.chunk = static_cast<int>(ceil_div(topk, choice.splits));
   }
   plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
-  // Clusters of up to 8 splits merge on chip (no partials in global memory, and no combine
-  // kernel when one cluster holds every split); a last cluster that is not full gets empty
-  // splits, which cost one short CTA each.
-  plan.cluster = 1;
-  while (plan.cluster * 2 <= std::min(plan.splits, SparseMlaPlan::kMaxCluster)) plan.cluster *= 2;
-  if (choice.cluster != 0) {
-    if (choice.cluster != 1 && choice.cluster != 2 && choice.cluster != 4 && choice.cluster != 8)
-      fail("cluster", "must be 1, 2, 4 or 8, got " + std::to_string(choice.cluster));
-    if (choice.cluster > plan.splits)
-      fail("cluster", "must be <= splits (" + std::to_string(plan.splits) + "), got " + std::to_string(choice.cluster));
-    plan.cluster = choice.cluster;
-  }
-  plan.groups = static_cast<int>(ceil_div(plan.splits, plan.cluster));
-  const int64_t ctas = base_ctas * plan.groups * plan.cluster;
+  const int64_t ctas = base_ctas * plan.splits;
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
   plan.ctas = static_cast<int>(ctas);
   if (detail::splitk_smem_bytes(plan.block_keys, plan.chunk) > dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
-  plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.groups);
+  plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
   return plan;
 }
 
@@ -210,23 +197,19 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     fail("plan", "was made for another shape (T, H, topk)");
   if ((plan.block_keys != 16 && plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||
       plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
-      static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk ||
-      (plan.cluster != 1 && plan.cluster != 2 && plan.cluster != 4 && plan.cluster != 8) ||
-      plan.groups != ceil_div(plan.splits, plan.cluster))
-    fail("plan", "inconsistent (block_keys, splits, chunk, cluster, groups)");
+      static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
+    fail("plan", "inconsistent (block_keys, splits, chunk)");
   if (problem.num_tokens == 0) return;
-  const size_t need = workspace_for(problem.num_tokens, problem.num_heads, plan.groups);
+  const size_t need = workspace_for(problem.num_tokens, problem.num_heads, plan.splits);
   if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
   if (need > 0) require_pointer(workspace, "workspace", 16);
   detail::SparseMlaParams k = make_params(problem);
   k.block_keys = plan.block_keys;
   k.splits = plan.splits;
   k.chunk = plan.chunk;
-  k.cluster = plan.cluster;
-  k.groups = plan.groups;
-  if (plan.groups > 1) {
+  if (plan.splits > 1) {
     k.partial_out = static_cast<float*>(workspace);
-    k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.groups * kCkvDim;
+    k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.splits * kCkvDim;
   }
   k.timeline = timeline;
   launch_sparse_mla_splitk(k, stream, stage);

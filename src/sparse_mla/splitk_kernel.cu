@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <string>
 
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
@@ -92,74 +91,6 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   }
 }
 
-// Merges the C splits of this thread-block cluster on chip: each CTA has staged its normalised
-// fp32 tile (16 x 512, row stride kStagedStrideF32) and its lse per head in shared memory. CTA
-// rank r merges dims [r * 512 / C, (r + 1) * 512 / C) of all 16 heads, reading every CTA's tile
-// through distributed shared memory (16 float4 loads per thread, all in flight), and writes the
-// group's result: bf16 out + lse when the cluster holds every split (groups == 1), else fp32
-// partials + lse for the combine. A split with no valid row has lse = -inf and a zero tile; its
-// weight is 0 by select. Every CTA of the cluster must call this (it holds two cluster barriers).
-template <int C>
-__device__ __forceinline__ void cluster_merge(const SparseMlaParams& p, const float* s_out, const float* s_lse, int t,
-                                              int h0, int group) {
-  namespace cg = cooperative_groups;
-  constexpr int kDims = kCkvDim / C;                      // dims this CTA merges
-  constexpr int kVecsPerHead = kDims / 4;
-  constexpr int kPerThread = kHeadGroup * kVecsPerHead / kThreads;  // 8, 4, 2 for C = 2, 4, 8
-  static_assert(kPerThread * kThreads == kHeadGroup * kVecsPerHead, "whole float4s per thread");
-  __shared__ float s_cluster_lse[C * kHeadGroup];
-  cg::cluster_group cluster = cg::this_cluster();
-  const int rank = static_cast<int>(cluster.block_rank());
-  cluster.sync();  // every CTA's tile and lse are staged (release / acquire at cluster scope)
-  if (threadIdx.x < C * kHeadGroup)
-    s_cluster_lse[threadIdx.x] = *cluster.map_shared_rank(s_lse + threadIdx.x % kHeadGroup, threadIdx.x / kHeadGroup);
-  __syncthreads();  // s_cluster_lse complete
-  float4 v[kPerThread][C];
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int item = i * kThreads + threadIdx.x;
-    const float* src = s_out + (item / kVecsPerHead) * kStagedStrideF32 + rank * kDims + (item % kVecsPerHead) * 4;
-#pragma unroll
-    for (int s = 0; s < C; ++s) v[i][s] = *reinterpret_cast<const float4*>(cluster.map_shared_rank(src, s));
-  }
-  const bool to_out = p.groups == 1;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int item = i * kThreads + threadIdx.x;
-    const int h = item / kVecsPerHead, dim = rank * kDims + (item % kVecsPerHead) * 4;
-    const bool writes_lse = dim == 0;
-    float m = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < C; ++s) m = fmaxf(m, s_cluster_lse[s * kHeadGroup + h]);
-    float sum = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int s = 0; s < C; ++s) {
-      const float ls = s_cluster_lse[s * kHeadGroup + h];
-      const bool live = ls != -INFINITY;
-      const float w = live ? exp2f(ls - m) : 0.f;
-      sum += w;
-      acc.x += live ? w * v[i][s].x : 0.f; acc.y += live ? w * v[i][s].y : 0.f;
-      acc.z += live ? w * v[i][s].z : 0.f; acc.w += live ? w * v[i][s].w : 0.f;
-    }
-    const bool any = m != -INFINITY;  // else: no valid row in the group
-    const float inv = any ? 1.f / sum : 0.f;
-    const float lse = any ? m + log2f(sum) : -INFINITY;
-    if (to_out) {
-      *reinterpret_cast<uint2*>(p.out + t * p.out_token_stride + (h0 + h) * p.out_head_stride + dim) =
-          make_uint2(ptx::pack_bf16x2(acc.x * inv, acc.y * inv), ptx::pack_bf16x2(acc.z * inv, acc.w * inv));
-      if (writes_lse) p.lse[t * p.lse_token_stride + h0 + h] = lse;
-    } else {
-      const int64_t slot = ((int64_t)t * p.num_heads + h0 + h) * p.groups + group;
-      if (any)  // the combine never reads O of an empty group
-        *reinterpret_cast<float4*>(p.partial_out + slot * kCkvDim + dim) =
-            make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-      if (writes_lse) p.partial_lse[slot] = lse;
-    }
-  }
-  cluster.sync();  // no CTA may exit while another still reads its shared memory
-}
-
 // The dissection variants leave the tile loop early on purpose ("loop is not reachable").
 #pragma nv_diag_suppress 128
 // kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops
@@ -174,7 +105,6 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   uint8_t* s_scratch = smem + STAGES * Shape::kTileBytes;  // Q staging, then the S exchange
   int* s_rows = reinterpret_cast<int*>(s_scratch + Shape::kScratchBytes);
   __shared__ int s_offsets[kIdxPerThread * kWarps + 1];
-  __shared__ float s_lse[kHeadGroup];  // this split's lse per head, for the cluster merge
 
   const long long clock_entry = clock64();
   long long* timeline = p.timeline != nullptr && threadIdx.x == 0 ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
@@ -188,22 +118,19 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   };
   if (timeline != nullptr) timeline[0] = global_ns();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Splits vary fastest, so the `cluster` consecutive CTAs of a cluster are consecutive splits
-  // of one (token, head group). Split slots past p.splits (in a last, partial cluster) are empty.
   const int head_groups = p.num_heads / kHeadGroup;
-  const int slots = p.groups * p.cluster;
-  const int split = blockIdx.x % slots;
-  const int hg = (blockIdx.x / slots) % head_groups;
-  const int t = blockIdx.x / (slots * head_groups);
+  const int hg = blockIdx.x % head_groups;
+  const int split = (blockIdx.x / head_groups) % p.splits;
+  const int t = blockIdx.x / (head_groups * p.splits);
   const int h0 = hg * kHeadGroup;
   // The combine (if any) may be scheduled now: its blocks are small and wait in
   // griddepcontrol.wait for this grid's memory, so its launch latency hides behind our work.
-  if (p.groups > 1) ptx::launch_dependents();
+  if (p.splits > 1) ptx::launch_dependents();
 
   // 1. Raw indices into registers first: they head the critical path (indices -> rows), so
   //    their DRAM latency should overlap everything else in the prologue.
   const int pos0 = split * p.chunk;
-  const int npos = min(p.chunk, p.topk - pos0);  // <= 0 in an empty slot
+  const int npos = min(p.chunk, p.topk - pos0);
   const int32_t* idx = p.indices + t * p.indices_token_stride + pos0;
   int my_row[kIdxPerThread];
 #pragma unroll
@@ -421,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     lse[r] = any ? m_run[r] + log2f(l_run[r]) : -INFINITY;
   }
   const int g = lane / 4;
-  const bool split_out = p.splits > 1;  // fp32 staging: for the cluster merge or the combine
+  const bool split_out = p.splits > 1;
   __syncthreads();  // every warp is done reading the tiles
   if (split_out) {
     float* so = reinterpret_cast<float*>(s_tiles);
@@ -444,33 +371,24 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = h0 + g + 8 * r;
-      if (p.cluster > 1)
-        s_lse[g + 8 * r] = lse[r];
-      else if (split_out)
-        p.partial_lse[((int64_t)t * p.num_heads + h) * p.groups + split] = lse[r];
+      if (split_out)
+        p.partial_lse[((int64_t)t * p.num_heads + h) * p.splits + split] = lse[r];
       else
         p.lse[t * p.lse_token_stride + h] = lse[r];
     }
   }
-  if (p.cluster > 1) {
-    switch (p.cluster) {  // the block-wide and cluster-wide barriers are inside
-      case 2: cluster_merge<2>(p, reinterpret_cast<const float*>(s_tiles), s_lse, t, h0, split / 2); break;
-      case 4: cluster_merge<4>(p, reinterpret_cast<const float*>(s_tiles), s_lse, t, h0, split / 4); break;
-      default: cluster_merge<8>(p, reinterpret_cast<const float*>(s_tiles), s_lse, t, h0, split / 8); break;
-    }
-  } else if (split_out) {
-    __syncthreads();
+  __syncthreads();
+  if (split_out) {
     if (nvalid > 0) {  // the combine never reads O of an empty split
       const float* so = reinterpret_cast<const float*>(s_tiles);
       for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 4; i += kThreads) {
         const int h = i / (kCkvDim / 4), c = i % (kCkvDim / 4);
-        const int64_t slot = ((int64_t)t * p.num_heads + h0 + h) * p.groups + split;
+        const int64_t slot = ((int64_t)t * p.num_heads + h0 + h) * p.splits + split;
         *reinterpret_cast<float4*>(p.partial_out + slot * kCkvDim + c * 4) =
             *reinterpret_cast<const float4*>(so + h * kStagedStrideF32 + c * 4);
       }
     }
   } else {
-    __syncthreads();
     const uint16_t* so = reinterpret_cast<const uint16_t*>(s_tiles);
     for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 8; i += kThreads) {
       const int h = i / (kCkvDim / 8), c = i % (kCkvDim / 8);
@@ -500,16 +418,16 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
   if (th >= (int64_t)p.num_tokens * p.num_heads) return;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
-  const float* lse_s = p.partial_lse + th * p.groups;
-  const float* po = p.partial_out + th * p.groups * kCkvDim + lane * 4;
+  const float* lse_s = p.partial_lse + th * p.splits;
+  const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
   float ls[kFewSplits];
   float4 v[kFewSplits][4];
 #pragma unroll
   for (int u = 0; u < kFewSplits; ++u) {
-    ls[u] = u < p.groups ? lse_s[u] : -INFINITY;
+    ls[u] = u < p.splits ? lse_s[u] : -INFINITY;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      v[u][i] = u < p.groups ? *reinterpret_cast<const float4*>(po + u * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u][i] = u < p.splits ? *reinterpret_cast<const float4*>(po + u * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   float mx = -INFINITY;
 #pragma unroll
@@ -555,18 +473,18 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   const int64_t th = blockIdx.x / kCombineQuarters;
   const int quarter = blockIdx.x % kCombineQuarters;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
-  const float* lse_s = p.partial_lse + th * p.groups;
-  const float* po = p.partial_out + th * p.groups * kCkvDim + quarter * 128 + lane * 4;
+  const float* lse_s = p.partial_lse + th * p.splits;
+  const float* po = p.partial_out + th * p.splits * kCkvDim + quarter * 128 + lane * 4;
   float m = -INFINITY, l = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = warp; s0 < p.groups; s0 += kCombineWarps * kCombineUnroll) {
+  for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kCombineUnroll) {
     float ls[kCombineUnroll];
     float4 v[kCombineUnroll];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int s = s0 + kCombineWarps * u;
-      ls[u] = s < p.groups ? lse_s[s] : -INFINITY;
-      v[u] = s < p.groups ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
+      ls[u] = s < p.splits ? lse_s[s] : -INFINITY;
+      v[u] = s < p.splits ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float m_new = m;
 #pragma unroll
@@ -634,20 +552,9 @@ void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
                                         TileShape<BK, kStages>::smem_bytes(kMaxChunk)));
     configured_smem[device] = TileShape<BK, kStages>::smem_bytes(kMaxChunk);
   }
-  const int64_t ctas = (int64_t)p.num_tokens * (p.num_heads / kHeadGroup) * p.groups * p.cluster;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(ctas));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(p.cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.cluster > 1 ? 1 : 0;
-  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  const int64_t ctas = (int64_t)p.num_tokens * (p.num_heads / kHeadGroup) * p.splits;
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
+  DSA_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -675,9 +582,9 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
         default: launch_splitk<64>(p, stream); break;
       }
   }
-  if (p.groups == 1) return;
+  if (p.splits == 1) return;
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
-  const bool few = p.groups <= kFewSplits;
+  const bool few = p.splits <= kFewSplits;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * kCombineQuarters));
   cfg.blockDim = dim3(kCombineThreads);

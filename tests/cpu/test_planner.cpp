@@ -23,11 +23,8 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_LT(int64_t(p.chunk) * (p.splits - 1), topk);   // no empty split
         EXPECT_LE(p.splits, SparseMlaPlan::kMaxSplits);
         if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
-        EXPECT_TRUE(p.cluster == 1 || p.cluster == 2 || p.cluster == 4 || p.cluster == 8);
-        EXPECT_LE(p.cluster, p.splits);
-        EXPECT_EQ(p.groups, (p.splits + p.cluster - 1) / p.cluster);
-        EXPECT_EQ(int64_t(p.ctas), int64_t(T) * (H / 16) * p.groups * p.cluster);
-        const size_t ws = p.groups > 1 ? size_t(T) * H * p.groups * (512 + 1) * 4 : 0;
+        EXPECT_EQ(int64_t(p.ctas), int64_t(T) * (H / 16) * p.splits);
+        const size_t ws = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
         EXPECT_EQ(p.workspace_bytes, ws);
       }
 }
@@ -42,20 +39,6 @@ TEST(Planner, MidBatchesFillOneWaveWithoutASecondPartialOne) {
   const SparseMlaPlan p = plan_sparse_mla(64, 16, 2048, kH100);
   EXPECT_LE(p.ctas, 2 * 132);
   EXPECT_GE(p.ctas, 132);
-}
-
-TEST(Planner, ClustersMergeSplitsOnChip) {
-  const SparseMlaPlan mid = plan_sparse_mla(64, 16, 2048, kH100);  // 4 splits: one cluster, no combine
-  EXPECT_EQ(mid.cluster, mid.splits);
-  EXPECT_EQ(mid.groups, 1);
-  EXPECT_EQ(mid.workspace_bytes, 0u);
-  const SparseMlaPlan one = plan_sparse_mla(1, 16, 2048, kH100);  // 64 splits: 8 clusters of 8
-  EXPECT_EQ(one.cluster, 8);
-  EXPECT_EQ(one.groups, one.splits / 8);
-  const SparseMlaPlan odd = plan_sparse_mla(4, 32, 2048, kH100, PlanChoice{0, 7});  // 7 splits: one
-  EXPECT_EQ(odd.cluster, 4);                                                       // empty slot
-  EXPECT_EQ(odd.groups, 2);
-  EXPECT_EQ(odd.ctas, 4 * 2 * 8);
 }
 
 TEST(Planner, LargeBatchesUseOneSplitAndNoWorkspace) {
@@ -74,24 +57,14 @@ TEST(Planner, ForcedChoicesAreHonouredAndChecked) {
   EXPECT_EQ(p.block_keys, 64);
   EXPECT_EQ(p.chunk, 293);  // ceil(2048 / 7): a forced split may end mid-tile
   EXPECT_EQ(p.splits, 7);
-  EXPECT_EQ(p.cluster, 4);
-  EXPECT_EQ(p.groups, 2);
-  EXPECT_EQ(p.ctas, 4 * 2 * 8);
-  EXPECT_EQ(p.workspace_bytes, size_t(4) * 32 * 2 * 513 * 4);
-  const SparseMlaPlan flat = plan_sparse_mla(4, 32, 2048, kH100, PlanChoice{64, 7, 1});
-  EXPECT_EQ(flat.cluster, 1);
-  EXPECT_EQ(flat.groups, 7);
-  EXPECT_EQ(flat.ctas, 4 * 2 * 7);
-  EXPECT_EQ(flat.workspace_bytes, size_t(4) * 32 * 7 * 513 * 4);
+  EXPECT_EQ(p.ctas, 4 * 2 * 7);
+  EXPECT_EQ(p.workspace_bytes, size_t(4) * 32 * 7 * 513 * 4);
   const SparseMlaPlan one = plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 1});
   EXPECT_EQ(one.splits, 1);
   EXPECT_EQ(one.workspace_bytes, 0u);
   EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{48, 0}), Error);  // no such tile
   EXPECT_THROW(plan_sparse_mla(4, 16, 5000, kH100, PlanChoice{0, 2}), Error);   // chunk > 2048
   EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 5000}), Error);
-  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 2, 3}), Error);  // no such cluster
-  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 2, 4}), Error);  // more CTAs than splits
-  EXPECT_THROW(plan_sparse_mla(4096, 16, 2048, kH100, PlanChoice{0, 0, 2}), Error);
 }
 
 TEST(Planner, RejectsUnsupportedShapesAndDevices) {

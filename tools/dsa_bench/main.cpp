@@ -48,7 +48,7 @@ struct Options {
   std::string pattern = "random";
   std::vector<int> valid;
   // Plan overrides (sweeps).
-  int block_keys = 0, splits = 0, cluster = 0;
+  int block_keys = 0, splits = 0;
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
   bool host_overhead = false;  // host time of plan + forward, enqueue only
@@ -212,7 +212,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   validate(p);
-  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), PlanChoice{o.block_keys, o.splits, o.cluster});
+  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), PlanChoice{o.block_keys, o.splits});
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
@@ -253,7 +253,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.ok = res.vs_gpu_ref.ok() && (!res.cpu_checked || res.vs_cpu_ref.ok());
 
   // Time the kernel, then the gather floor (best block split) with the same timer.
-  const int kernels = res.plan.groups > 1 ? 2 : 1;
+  const int kernels = res.plan.splits > 1 ? 2 : 1;
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
   if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
@@ -322,7 +322,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
                "target");
   for (const Result& r : results) {
     char plan[32], range[48], parts[48] = "-";
-    std::snprintf(plan, sizeof plan, "%d/%d/%d", r.plan.block_keys, r.plan.splits, r.plan.cluster);
+    std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
     const auto& k = r.kernel.per_kernel_median_us;
     if (k.size() == 1) std::snprintf(parts, sizeof parts, "%.1f", k[0]);
@@ -354,8 +354,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk},
-                             {"cluster", r.plan.cluster}, {"groups", r.plan.groups}}},
+                   {"plan", {{"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
@@ -376,11 +375,11 @@ void write_csv(const std::vector<Result>& results, const std::string& path, cons
   std::ofstream f(path);
   if (!f) throw Error("--csv: cannot write " + path);
   f << context_header
-    << "case,T,H,topk,entries,block_keys,splits,cluster,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
+    << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
        "ratio,useful_tflops\n";
   for (const Result& r : results)
     f << context << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
-      << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.plan.cluster << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
+      << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
       << r.vs_gpu_ref.max_lse_err << ',' << to_string(r.kernel.timer) << ',' << r.kernel.median_us << ','
       << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
       << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << '\n';
@@ -561,10 +560,10 @@ int run_inspect(const Options& o, int tokens_shown) {
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
-    std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions in clusters of %d, "
-                "%d-row tiles, workspace %zu bytes%s\n",
+    std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
+                "workspace %zu bytes%s\n",
                 dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
-                plan.cluster, plan.block_keys, plan.workspace_bytes, plan.groups > 1 ? ", + combine kernel" : "");
+                plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
   }
   return 0;
 }
@@ -619,8 +618,6 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
-  app.add_option("--cluster", o.cluster, "override the plan's CTAs per cluster (1: every split to the combine kernel)")
-      ->check(CLI::IsMember({1, 2, 4, 8}));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
