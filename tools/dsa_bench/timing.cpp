@@ -102,8 +102,10 @@ Timing KernelTimer::time(Timer timer, const std::function<void()>& call, int ker
   }
   DSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   switch (timer) {
-    case Timer::events: return time_events(call, reps);
-    case Timer::graph: return time_graph(call, reps);
+    case Timer::events:
+    case Timer::graph:
+      if (after_flush_) throw Error("--warm-code needs the cupti timer");
+      return timer == Timer::events ? time_events(call, reps) : time_graph(call, reps);
     case Timer::cupti: return time_cupti(call, kernels_per_call, reps);
   }
   throw Error("timer: unknown");
@@ -167,6 +169,7 @@ Timing KernelTimer::time_cupti(const std::function<void()>& call, int kernels_pe
   CUPTI_CHECK(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   for (int i = 0; i < reps; ++i) {
     flush();
+    if (after_flush_) after_flush_();
     call();
   }
   DSA_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -177,10 +180,17 @@ Timing KernelTimer::time_cupti(const std::function<void()>& call, int kernels_pe
     std::lock_guard<std::mutex> lock(g_mu);
     recs.swap(g_records);
   }
-  if (recs.size() != static_cast<size_t>(reps) * kernels_per_call)
-    throw Error("cupti: expected " + std::to_string(reps * kernels_per_call) + " kernel records, got " +
+  const int skip = after_flush_ ? after_flush_kernels_ : 0;  // the hook's kernels lead each group
+  if (recs.size() != static_cast<size_t>(reps) * (skip + kernels_per_call))
+    throw Error("cupti: expected " + std::to_string(reps * (skip + kernels_per_call)) + " kernel records, got " +
                 std::to_string(recs.size()));
   std::sort(recs.begin(), recs.end(), [](const KernelRecord& a, const KernelRecord& b) { return a.start < b.start; });
+  if (skip > 0) {
+    std::vector<KernelRecord> kept;
+    for (size_t i = 0; i < recs.size(); ++i)
+      if (i % (skip + kernels_per_call) >= static_cast<size_t>(skip)) kept.push_back(recs[i]);
+    recs.swap(kept);
+  }
   std::vector<double> us;
   std::vector<std::vector<double>> each(kernels_per_call);
   for (size_t i = 0; i < recs.size(); i += kernels_per_call) {

@@ -33,6 +33,9 @@ class KernelTimer {
   KernelTimer& operator=(const KernelTimer&) = delete;
   // `call` launches one call's kernels on the stream: `kernels_per_call` of them (CUPTI groups by it).
   Timing time(Timer timer, const std::function<void()>& call, int kernels_per_call, int reps, int warmup);
+  // Diagnostic (CUPTI only): `fn` launches `kernels` kernels after each flush, outside the span
+  // timed (dsa-bench --warm-code: the same kernels on other data, so only their code is cached).
+  void set_after_flush(std::function<void()> fn, int kernels) { after_flush_ = std::move(fn); after_flush_kernels_ = kernels; }
 
  private:
   void flush();
@@ -41,6 +44,8 @@ class KernelTimer {
   Timing time_cupti(const std::function<void()>& call, int kernels_per_call, int reps);
   cudaStream_t stream_;
   bool flush_l2_;
+  std::function<void()> after_flush_;
+  int after_flush_kernels_ = 0;
   void* flush_buf_ = nullptr;
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
 };
