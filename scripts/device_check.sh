@@ -4,26 +4,29 @@
 # dissection and on the dense targets, and the Triton and SDPA peers when their scripts were
 # carried in .peers/. Logs go to $OUT.
 # Usage (GPU machine, repo root, build/ carried): scripts/device_check.sh [suite] [extra dsa-bench args]
+# BUILD=dir reads the two binaries from dir/tests and dir/tools instead (a copy of just them fits
+# the device call's carry limit when the whole build folder does not).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+BUILD=${BUILD:-build}
 SUITE=${1:-targets}
 shift || true
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
 echo "== gpu tests"
-./build/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
+"$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
 SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*'
 DENSE='*DenseSweep*_L17:*DenseSweep*_L1000:Gpu.DenseDifferentQueryAndKeyLengths:Gpu.DenseEveryKernelAndQueryTileAgrees:Gpu.DenseStridedQkvAndPaddedOutputs:Gpu.DenseEmptyProblemsWriteNothing'
 for tool in memcheck racecheck synccheck; do
   filter=$SMALL:$DENSE
   [ $tool != memcheck ] && filter='*Sweep*H16_topk2049_random*:*Sweep*H64_topk64_runs*:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:*DenseSweep*_L1000:Gpu.DenseEveryKernelAndQueryTileAgrees'
-  compute-sanitizer --tool $tool --error-exitcode 9 ./build/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
+  compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
   echo "== $tool rc=$? $(grep -E 'tests ran|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tr '\n' ' ')"
 done
 echo "== dsa-bench --suite $SUITE --stage all $*"
-./build/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
+"$BUILD"/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
 echo "== dsa-bench dense --suite targets"
-./build/tools/dsa-bench dense --suite targets --json "$OUT/dense.json" 2>/dev/null | tee "$OUT/dense.log"
+"$BUILD"/tools/dsa-bench dense --suite targets --json "$OUT/dense.json" 2>/dev/null | tee "$OUT/dense.log"
 if [ -f .peers/dense_peers.py ]; then
   echo "== SDPA peers (shared/peers/dense_peers.py), same machine, same run"
   (cd .peers && timeout 300 python3 dense_peers.py 2>&1 | tee "$OUT/dense_peers.log")
@@ -32,7 +35,7 @@ echo "== PyTorch op: pip install ./python, pytest tests/python"
 (export PATH=/usr/local/cuda/bin:$PATH MAX_JOBS=16; python3 -m pip install -q --no-build-isolation ./python > "$OUT/pip.log" 2>&1 &&
   python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tail -2 && python3 tests/python/bench_host_overhead.py) ||
   echo "python op FAILED (see $OUT/pip.log)"
-./build/tools/dsa-bench -T 1 --topk 64 --num-pages 64 --host-overhead --reps 5 2>/dev/null | grep "host us"
+"$BUILD"/tools/dsa-bench -T 1 --topk 64 --num-pages 64 --host-overhead --reps 5 2>/dev/null | grep "host us"
 if [ -f .peers/dsa_peers.py ]; then
   echo "== Triton split-K peer (shared/peers/dsa_peers.py), same machine, same run"
   (cd .peers && PYTHONUNBUFFERED=1 timeout 300 python3 dsa_peers.py "$OUT/peers.json" 2>&1 | grep -v Warn | tee "$OUT/peers.log" | cut -c1-60,160-260)
