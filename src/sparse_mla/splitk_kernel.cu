@@ -26,6 +26,10 @@
 //   v5 ea692a8  10.1    |  72.3 |  835.5 | 2147   indices loaded first, epilogue via shared memory
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
+// Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
+// splits merged in thread-block clusters through distributed shared memory instead of the
+// combine (run 38, 4d09c20: T=1 12.4, T=64 88 us, slower everywhere below T=128); the
+// prologue's parameter reads batched (run 40: within noise).
 #include <cmath>
 #include <cstdint>
 #include <string>
