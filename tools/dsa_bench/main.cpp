@@ -258,8 +258,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   // Time the kernel, then the gather floor (best block split) with the same timer.
   const int kernels = res.plan.splits > 1 ? 2 : 1;
   // --warm-code: the same plan on a one-page cache with its own q, indices, out and workspace,
-  // launched after each flush: the timed call then finds its kernels' instructions (and
-  // parameters' constant banks) cached but none of its data.
+  // launched after each flush: the timed call then finds its kernels' instructions cached but
+  // none of its data.
   const int warm_rows = 64;
   DevicePtr w_ckv, w_kpe, w_qn, w_qp, w_idx, w_out, w_lse, w_ws;
   SparseMlaProblem warm = p;
@@ -686,6 +686,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({64, 128}));
   CLI11_PARSE(app, argc, argv);
   try {
+    if (o.warm_code && o.timer != "cupti") throw dsa::Error("--warm-code: needs --timer cupti, got " + o.timer);
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*inspect) {
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
