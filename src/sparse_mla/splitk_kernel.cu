@@ -39,7 +39,6 @@
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
 #include "dsa/sparse_mla.h"
-#include "sparse_mla/kernel_common.cuh"
 #include "sparse_mla/params.h"
 
 namespace dsa::detail {
@@ -47,12 +46,18 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+constexpr int kQkDim = kCkvDim + kKpeDim;                // 576
+constexpr int kChunksPerRow = kQkDim * 2 / 16;           // 72 x 16 B per gathered row
+constexpr int kCkvChunks = kCkvDim * 2 / 16;             // 64
+constexpr int kRowBytes = kQkDim * 2 + 16;               // 1168: +16 B keeps ldmatrix conflict-free
 constexpr int kDimsPerWarpQk = kQkDim / kWarps;          // 144 = 9 k-steps of 16
 constexpr int kKStepsPerWarp = kDimsPerWarpQk / 16;      // 9
 constexpr int kDimsPerWarpV = kCkvDim / kWarps;          // 128
 constexpr int kMaxChunk = SparseMlaPlan::kMaxChunk;
-// Row stride of the fp32 partial tile staged by the epilogue (see kStagedStrideBf16).
+// Row strides of the output tile staged in shared memory by the epilogue (+8 elements: rows
+// of the 8 quads land in different banks).
 constexpr int kStagedStrideF32 = kCkvDim + 8;
+constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
 
@@ -70,16 +75,23 @@ struct TileShape {
   }
 };
 
-// Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time. Rows
-// past count are zero-filled so that masked keys multiply finite zeros.
+// Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
+// take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
+// masked keys multiply finite zeros.
 template <int BK>
 __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint32_t base = ptx::smem_addr(tile);
+  const uint32_t base = ptx::smem_addr(tile) + lane * 16;
 #pragma unroll
   for (int r = warp; r < BK; r += kWarps) {
     const bool live = r < count;
-    gather_row(p, base + r * kRowBytes, live ? rows[r] : 0, live ? 16u : 0u, lane);
+    const int64_t row = live ? rows[r] : 0;
+    const uint32_t bytes = live ? 16u : 0u;
+    const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
+    const uint32_t dst = base + r * kRowBytes;
+    ptx::cp_async_16(dst, ckv, bytes);
+    ptx::cp_async_16(dst + 512, ckv + 256, bytes);
+    if (lane < kKpeDim * 2 / 16) ptx::cp_async_16(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
   }
 }
 
@@ -132,8 +144,18 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
 
   // 2. Q -> shared (group 0 of cp.async).
-  stage_q(p, ptx::smem_addr(s_scratch), t, h0, threadIdx.x, kThreads);
-  ptx::cp_async_commit();
+  {
+    const uint32_t base = ptx::smem_addr(s_scratch);
+    for (int c = threadIdx.x; c < kHeadGroup * kChunksPerRow; c += kThreads) {
+      const int h = c / kChunksPerRow, col = c - h * kChunksPerRow;
+      const uint16_t* src =
+          col < kCkvChunks
+              ? p.q_nope + t * p.q_nope_token_stride + (h0 + h) * p.q_nope_head_stride + col * 8
+              : p.q_pe + t * p.q_pe_token_stride + (h0 + h) * p.q_pe_head_stride + (col - kCkvChunks) * 8;
+      ptx::cp_async_16(base + h * kRowBytes + col * 16, src);
+    }
+    ptx::cp_async_commit();
+  }
   mark(1);
 
   // 3. Compact the valid indices of this split, keeping position order (deterministic).
