@@ -62,7 +62,25 @@ __global__ void fill_normal_kernel(uint16_t* dst, size_t n, float scale, uint64_
   }
 }
 
+// One 4-byte load per page of each range, from every block: each SM's translation caches and
+// the shared ones hold the ranges' pages afterwards, while L2 gains one sector per page.
+__global__ void touch_pages_kernel(PageRanges ranges, size_t page_bytes, unsigned* sink) {
+  unsigned acc = 0;
+  for (int r = 0; r < ranges.count; ++r) {
+    const char* base = static_cast<const char*>(ranges.ptr[r]);
+    const size_t pages = (ranges.bytes[r] + page_bytes - 1) / page_bytes;
+    for (size_t i = threadIdx.x; i < pages; i += blockDim.x)
+      acc ^= __ldcg(reinterpret_cast<const unsigned*>(base + i * page_bytes));
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads
+}
+
 }  // namespace
+
+void launch_touch_pages(const PageRanges& ranges, size_t page_bytes, int blocks, unsigned* sink, cudaStream_t stream) {
+  touch_pages_kernel<<<blocks, 256, 0, stream>>>(ranges, page_bytes, sink);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
 
 void launch_empty(int blocks, int smem_bytes, cudaStream_t stream) {
   static int configured = 0;

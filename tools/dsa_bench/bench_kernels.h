@@ -15,6 +15,19 @@ void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t*
 // Reads `bytes` (multiple of 16) from `src` once with 16-byte loads.
 void launch_stream_read(const void* src, size_t bytes, int sm_count, unsigned* sink, cudaStream_t stream);
 
+// Up to 8 device ranges (pointer, bytes; 4-byte aligned, bytes a multiple of 4).
+struct PageRanges {
+  const void* ptr[8] = {};
+  size_t bytes[8] = {};
+  int count = 0;
+  void add(const void* p, size_t n) {
+    if (count < 8 && p != nullptr && n >= 4) { ptr[count] = p; bytes[count] = n; ++count; }
+  }
+};
+// Diagnostic (dsa-bench --warm-tlb): `blocks` blocks each load one word per `page_bytes` of every
+// range, so address translations are cached everywhere while almost no data enters L2.
+void launch_touch_pages(const PageRanges& ranges, size_t page_bytes, int blocks, unsigned* sink, cudaStream_t stream);
+
 // Launch floor: a kernel that does nothing but exist, with `smem_bytes` of dynamic shared memory.
 void launch_empty(int blocks, int smem_bytes, cudaStream_t stream);
 

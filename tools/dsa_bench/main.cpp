@@ -52,6 +52,7 @@ struct Options {
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
+  bool warm_tlb = false;   // after each flush, touch one word per 64 KB of every buffer (caches translations only)
   bool host_overhead = false;  // host time of plan + forward, enqueue only
   std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
   std::string export_dir;     // write the selected cases as FlashInfer-Bench workloads and exit
@@ -280,6 +281,25 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     warm.indices = static_cast<const int32_t*>(w_idx.get());
     warm.out = w_out.get(); warm.lse = static_cast<float*>(w_lse.get());
     timer.set_after_flush([&] { sparse_mla_forward(warm, res.plan, w_ws.get(), res.plan.workspace_bytes, stream); }, kernels);
+  }
+  // --warm-tlb: one word per 64 KB page of every buffer the call touches, loaded by every SM after
+  // each flush: the timed call then finds its address translations cached and ~1 sector per page
+  // of its data in L2 (0.05 % of the rows).
+  DevicePtr tlb_sink;
+  if (o.warm_tlb) {
+    unsigned* s = nullptr;
+    DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s), 64));
+    tlb_sink.reset(s);
+    PageRanges r;
+    r.add(cache.ckv, size_t(cache.rows()) * kCkvDim * 2);
+    r.add(cache.kpe, size_t(cache.rows()) * kKpeDim * 2);
+    r.add(d_qn.get(), q_nope.size() * 2);
+    r.add(d_qp.get(), q_pe.size() * 2);
+    r.add(d_idx.get(), indices.size() * 4);
+    r.add(d_out.get(), out_n * 2);
+    r.add(d_lse.get(), lse_n * 4);
+    r.add(ws, res.plan.workspace_bytes);
+    timer.set_after_flush([=] { launch_touch_pages(r, size_t(64) << 10, sm_count, s, stream); }, 1);
   }
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
@@ -652,6 +672,9 @@ int main(int argc, char** argv) {
   app.add_flag("--warm-code", o.warm_code,
                "diagnostic (cupti): after each flush, run the same kernels on other data, so the timed call pays "
                "for cold data but not for cold instructions");
+  app.add_flag("--warm-tlb", o.warm_tlb,
+               "diagnostic (cupti): after each flush, load one word per 64 KB of every buffer from every SM, so "
+               "the timed call pays for cold data but not for cold address translations");
   app.add_flag("--host-overhead", o.host_overhead, "print the host time of one plan + forward call");
   app.add_option("--workload", o.workload_path, "FlashInfer-Bench workload file (JSONL) instead of a suite")
       ->check(CLI::ExistingFile);
@@ -687,6 +710,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.warm_code && o.timer != "cupti") throw dsa::Error("--warm-code: needs --timer cupti, got " + o.timer);
+    if (o.warm_tlb && o.timer != "cupti") throw dsa::Error("--warm-tlb: needs --timer cupti, got " + o.timer);
+    if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*inspect) {
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
