@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dsa/dense_attention.h"
+#include "timing.h"
 
 namespace dsa::bench {
 
@@ -18,13 +19,8 @@ struct DenseCase {
   std::string target;  // the speed target it is held to, if any (free text)
 };
 
-struct DenseOptions {
+struct DenseOptions : TimingOptions {
   std::string suite = "targets";
-  std::string timer = "cupti";
-  int reps = 30, warmup = 3;
-  bool no_flush = false;
-  uint64_t seed = 1;
-  std::string json_path;
   // One custom case instead of a suite (batch > 0 selects it).
   int batch = 0, heads = 16, seqlen = 1024, seqlen_k = 0, head_dim = 128;
   bool causal = false;

@@ -36,13 +36,9 @@ namespace {
 
 constexpr int kRowBytes = (kCkvDim + kKpeDim) * 2;  // 1152 B gathered per index entry
 
-struct Options {
+struct Options : TimingOptions {
   std::string suite = "targets";
-  std::string timer = "cupti";
-  int reps = 30, warmup = 3;
-  bool no_flush = false;
-  uint64_t seed = 1;
-  std::string json_path, csv_path;
+  std::string csv_path;
   // One custom case instead of a suite.
   int T = 0, heads = 16, topk = 2048, page_size = 64, num_pages = 8462, prefix_len = 8192;
   std::string pattern = "random";
@@ -644,17 +640,22 @@ void plot(const std::vector<Result>& results, const std::string& png) {
 }  // namespace
 }  // namespace dsa::bench
 
-int main(int argc, char** argv) {
-  dsa::bench::Options o;
-  CLI::App app{"dsa-bench: verify and time the sparse MLA kernels against the memory floor"};
-  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge")
-      ->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
+// The timing flags of the sparse command and of `dense`, registered the same way for both.
+static void add_timing_flags(CLI::App& app, dsa::bench::TimingOptions& o) {
   app.add_option("--timer", o.timer, "cupti (kernel span), events, graph")->check(CLI::IsMember({"cupti", "events", "graph"}));
   app.add_option("--reps", o.reps, "timed calls per case")->check(CLI::Range(3, 100000));
   app.add_option("--warmup", o.warmup, "untimed calls first")->check(CLI::Range(0, 1000));
   app.add_flag("--no-flush", o.no_flush, "do not flush the L2 before each call");
   app.add_option("--seed", o.seed, "workload seed");
   app.add_option("--json", o.json_path, "write every figure as JSON");
+}
+
+int main(int argc, char** argv) {
+  dsa::bench::Options o;
+  CLI::App app{"dsa-bench: verify and time the sparse MLA kernels against the memory floor"};
+  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge")
+      ->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
+  add_timing_flags(app, o);
   app.add_option("--csv", o.csv_path, "write every figure as CSV");
   app.add_option("-T,--tokens", o.T, "custom case: tokens (replaces the suite)")->check(CLI::Range(1, 1 << 20));
   app.add_option("--heads", o.heads, "custom case: heads")->check(CLI::IsMember({16, 32, 64, 128}));
@@ -689,12 +690,7 @@ int main(int argc, char** argv) {
   CLI::App* dense = app.add_subcommand("dense", "verify and time the dense attention forward");
   dense->add_option("--suite", dense_o.suite, "built-in suite: targets, smoke")
       ->check(CLI::IsMember(dsa::bench::dense_suite_names()));
-  dense->add_option("--timer", dense_o.timer, "cupti (kernel span), events, graph")
-      ->check(CLI::IsMember({"cupti", "events", "graph"}));
-  dense->add_option("--reps", dense_o.reps, "timed calls per case")->check(CLI::Range(3, 100000));
-  dense->add_option("--warmup", dense_o.warmup, "untimed calls first")->check(CLI::Range(0, 1000));
-  dense->add_flag("--no-flush", dense_o.no_flush, "do not flush the L2 before each call");
-  dense->add_option("--json", dense_o.json_path, "write every figure as JSON");
+  add_timing_flags(*dense, dense_o);
   dense->add_option("-B,--batch", dense_o.batch, "custom case: batch (replaces the suite)")->check(CLI::Range(1, 65535));
   dense->add_option("-N,--heads", dense_o.heads, "custom case: heads")->check(CLI::Range(1, 65535));
   dense->add_option("-L,--seqlen", dense_o.seqlen, "custom case: query (and key) length")->check(CLI::Range(1, 1 << 24));

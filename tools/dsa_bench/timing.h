@@ -6,6 +6,7 @@
 // The L2 is flushed (256 MB memset) before every call unless flush is off.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,6 +18,15 @@ namespace dsa::bench {
 enum class Timer { cupti, events, graph };
 Timer parse_timer(const std::string& name);
 const char* to_string(Timer t);
+
+// How a command times and seeds its cases; the sparse and dense commands share these flags.
+struct TimingOptions {
+  std::string timer = "cupti";
+  int reps = 30, warmup = 3;
+  bool no_flush = false;
+  uint64_t seed = 1;
+  std::string json_path;
+};
 
 struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
