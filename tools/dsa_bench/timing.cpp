@@ -104,7 +104,7 @@ Timing KernelTimer::time(Timer timer, const std::function<void()>& call, int ker
   switch (timer) {
     case Timer::events:
     case Timer::graph:
-      if (after_flush_) throw Error("--warm-code needs the cupti timer");
+      if (after_flush_) throw Error("an after-flush hook (--warm-code, --warm-tlb) needs the cupti timer");
       return timer == Timer::events ? time_events(call, reps) : time_graph(call, reps);
     case Timer::cupti: return time_cupti(call, kernels_per_call, reps);
   }

@@ -44,7 +44,8 @@ class KernelTimer {
   // `call` launches one call's kernels on the stream: `kernels_per_call` of them (CUPTI groups by it).
   Timing time(Timer timer, const std::function<void()>& call, int kernels_per_call, int reps, int warmup);
   // Diagnostic (CUPTI only): `fn` launches `kernels` kernels after each flush, outside the span
-  // timed (dsa-bench --warm-code: the same kernels on other data, so only their code is cached).
+  // timed (dsa-bench --warm-code: the same kernels on other data, so only their code is cached;
+  // --warm-tlb: one load per page of every buffer, so only address translations are cached).
   void set_after_flush(std::function<void()> fn, int kernels) { after_flush_ = std::move(fn); after_flush_kernels_ = kernels; }
 
  private:
