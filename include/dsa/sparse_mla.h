@@ -67,9 +67,19 @@ struct DeviceInfo {
   static DeviceInfo from_device(int device);  // throws dsa::Error without a usable device
 };
 
+// The two kernels of the forward.
+enum class SparseMlaKernel {
+  split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel
+  shared_rows,  // experimental, only when forced (PlanChoice): one CTA per (4 consecutive
+                // tokens, 16 heads) on wgmma with M = 64; a row several of them list is gathered
+                // and read once for all four (prefill, where the tokens of a sequence share rows);
+                // topk <= 2048, num_pages * page_size < 2^30
+};
+
 // The kernel configuration for one problem shape on one device.
 struct SparseMlaPlan {
   int num_tokens = 0, num_heads = 0, topk = 0;  // the shape it was made for
+  SparseMlaKernel kernel = SparseMlaKernel::split_k;  // block_keys, splits, chunk: split_k only
   int block_keys = 0;    // KV rows per pipeline tile (16, 32 or 64)
   int splits = 0;        // index chunks per token; > 1 adds a combine kernel
   int chunk = 0;         // index positions per split (<= kMaxChunk)
@@ -83,6 +93,7 @@ struct SparseMlaPlan {
 struct PlanChoice {
   int block_keys = 0;  // 16, 32 or 64
   int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
+  enum class Kernel { planner, split_k, shared_rows } kernel = Kernel::planner;
 };
 
 // Pure function of shape and device: what tests call without a GPU. Throws dsa::Error for an

@@ -48,8 +48,14 @@ enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFu
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
 inline constexpr int kPlannerBlockKeys = 32;
 
+// Tokens per CTA of the shared-rows kernel (shared_rows_kernel.cu).
+inline constexpr int kSharedRowsTokens = 4;
+// Row indices the shared-rows kernel accepts: num_rows < 2^30 (its sort key is row << 2 | token).
+inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 30;
+
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);
+void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream);
 void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits, cudaStream_t stream);
 void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
                                   int64_t token_stride, int64_t num_rows, long long* d_count,
@@ -59,5 +65,6 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline = nullptr);
 // Dynamic shared memory of the split-K kernel for a tile size and chunk (the planner's limit).
 int splitk_smem_bytes(int block_keys, int chunk);
+int shared_rows_smem_bytes();
 
 }  // namespace dsa::detail

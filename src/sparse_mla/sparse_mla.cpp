@@ -165,6 +165,22 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (detail::splitk_smem_bytes(plan.block_keys, plan.chunk) > dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
+
+  // Shared rows: only when asked for. It is experimental: faster from T ~ 512 on (docs/perf.md
+  // runs 45-47) but its hand-over between warpgroups is not yet sanitizer-clean (racecheck,
+  // synccheck), so the planner does not pick it.
+  const bool shared_rows_fits = topk <= SparseMlaPlan::kMaxChunk;
+  if (choice.kernel == PlanChoice::Kernel::shared_rows) {
+    if (!shared_rows_fits) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
+    if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
+    if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
+    plan.kernel = SparseMlaKernel::shared_rows;
+    plan.block_keys = 32;  // union entries per tile
+    plan.splits = 1;
+    plan.chunk = topk;
+    plan.ctas = static_cast<int>(ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup));
+    plan.workspace_bytes = 0;
+  }
   return plan;
 }
 
@@ -195,6 +211,15 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   validate(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
+  if (plan.kernel == SparseMlaKernel::shared_rows) {
+    if (plan.topk > SparseMlaPlan::kMaxChunk) fail("plan", "shared_rows needs topk <= 2048");
+    if (static_cast<int64_t>(problem.num_pages) * problem.page_size >= detail::kSharedRowsMaxRows)
+      fail("plan", "shared_rows needs num_pages * page_size < 2^30; plan this problem with plan_sparse_mla(problem)");
+    if (stage != kStageFull || timeline != nullptr) fail("plan", "stage variants and the timeline exist for split_k only");
+    if (problem.num_tokens == 0) return;
+    launch_sparse_mla_shared_rows(make_params(problem), stream);
+    return;
+  }
   if ((plan.block_keys != 16 && plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||
       plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
       static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)

@@ -23,7 +23,12 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_LT(int64_t(p.chunk) * (p.splits - 1), topk);   // no empty split
         EXPECT_LE(p.splits, SparseMlaPlan::kMaxSplits);
         if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
-        EXPECT_EQ(int64_t(p.ctas), int64_t(T) * (H / 16) * p.splits);
+        const int64_t tokens_per_cta = p.kernel == SparseMlaKernel::shared_rows ? 4 : 1;
+        EXPECT_EQ(int64_t(p.ctas), (int64_t(T) + tokens_per_cta - 1) / tokens_per_cta * (H / 16) * p.splits);
+        if (p.kernel == SparseMlaKernel::shared_rows) {
+          EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
+          EXPECT_EQ(p.splits, 1);
+        }
         const size_t ws = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
         EXPECT_EQ(p.workspace_bytes, ws);
       }
@@ -42,9 +47,27 @@ TEST(Planner, MidBatchesFillOneWaveWithoutASecondPartialOne) {
 }
 
 TEST(Planner, LargeBatchesUseOneSplitAndNoWorkspace) {
-  const SparseMlaPlan p = plan_sparse_mla(4096, 16, 2048, kH100);
+  const SparseMlaPlan p = plan_sparse_mla(1024, 16, 2048, kH100);
   EXPECT_EQ(p.splits, 1);
   EXPECT_EQ(p.workspace_bytes, 0u);
+}
+
+TEST(Planner, SharedRowsOnlyWhenForced) {
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);  // experimental
+  EXPECT_EQ(plan_sparse_mla(64, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  EXPECT_EQ(plan_sparse_mla(4096, 64, 2048, kH100, forced).ctas, 1024 * 4);
+  const SparseMlaPlan small = plan_sparse_mla(5, 32, 63, kH100, forced);
+  EXPECT_EQ(small.kernel, SparseMlaKernel::shared_rows);
+  EXPECT_EQ(small.ctas, 2 * 2);
+  EXPECT_EQ(small.workspace_bytes, 0u);
+  EXPECT_THROW(plan_sparse_mla(5, 16, 2049, kH100, forced), Error);
+  forced.splits = 2;
+  EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);
+  forced = PlanChoice{};
+  forced.kernel = PlanChoice::Kernel::split_k;
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, forced).kernel, SparseMlaKernel::split_k);
 }
 
 TEST(Planner, TopkBeyondOneChunkAlwaysSplits) {

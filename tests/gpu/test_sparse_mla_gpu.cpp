@@ -203,6 +203,53 @@ INSTANTIATE_TEST_SUITE_P(T, TokenCounts,
                                   workload::to_string(std::get<1>(info.param));
                          });
 
+// ---- the shared-rows kernel forced: every H x topk x pattern, T = 5 (a CTA with one token) ----
+SparseMlaPlan shared_rows_plan(int T, int H, int topk) {
+  PlanChoice c;
+  c.kernel = PlanChoice::Kernel::shared_rows;
+  return plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), c);
+}
+
+class SharedRowsSweep : public Sweep {};
+
+TEST_P(SharedRowsSweep, MatchesReference) {
+  const SweepCase c = GetParam();
+  const HostProblem hp = make_problem(5, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
+                                      seed_of(c.H, c.topk, int(c.pattern), c.page_size + 5), /*prefix_len=*/1500);
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+std::vector<SweepCase> shared_rows_cases() {
+  std::vector<SweepCase> v;
+  for (const SweepCase& c : sweep_cases())
+    if (c.topk <= SparseMlaPlan::kMaxChunk) v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, SharedRowsSweep, ::testing::ValuesIn(shared_rows_cases()),
+                         [](const ::testing::TestParamInfo<SweepCase>& info) {
+                           return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
+                                  workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
+                         });
+
+// Multiplicities the union must keep apart: token 0 lists one row 2048 times, token 1 that row
+// 1024 times and others once, token 2 two rows alternately, token 3 rows token 1 also lists.
+TEST_F(Gpu, SharedRowsCountsEveryOccurrence) {
+  HostProblem hp = make_problem(4, 16, 2048, 64, 64, IndexPattern::random, 2024);
+  for (int k = 0; k < 2048; ++k) {
+    hp.indices[k] = 7;
+    hp.indices[2048 + k] = k % 2 ? 7 : 100 + k;
+    hp.indices[2 * 2048 + k] = k % 2 ? 9 : 4000;
+    hp.indices[3 * 2048 + k] = k < 1000 ? 100 + 2 * k : -1;
+  }
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
 TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
   const HostProblem hp = make_problem(4, 32, 2048, 64, 128, IndexPattern::padding_middle, 99);
@@ -245,13 +292,14 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   p.ckv_cache = dcache.ptr;
   p.kpe_cache = dcache.ptr + 512;
   p.ckv_row_stride = p.kpe_row_stride = 576;
-  for (int forced_splits : {0, 1}) {  // planned (split) and single-split paths
-    const SparseMlaPlan plan = forced_splits ? plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0),
-                                                               PlanChoice{0, 1})
-                                             : plan_sparse_mla(p);
-    if (forced_splits) ASSERT_EQ(plan.splits, 1);
+  for (int variant : {0, 1, 2}) {  // planned (split), single split, shared rows
+    const SparseMlaPlan plan = variant == 0   ? plan_sparse_mla(p)
+                               : variant == 1 ? plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0),
+                                                                PlanChoice{0, 1})
+                                              : shared_rows_plan(hp.T, hp.H, hp.topk);
+    if (variant == 1) ASSERT_EQ(plan.splits, 1);
     const Agreement a = forward_and_judge(d, p, plan, ro, rl);
-    EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
+    EXPECT_TRUE(a.ok()) << "variant " << variant << ": " << a.summary();
   }
 }
 
@@ -270,11 +318,12 @@ TEST_F(Gpu, StridedIndicesNeverReadPastTopk) {
   SparseMlaProblem p = d.view();
   p.indices = didx.ptr;
   p.indices_token_stride = stride;
-  for (int forced_splits : {0, 1, 3}) {
+  for (int forced_splits : {0, 1, 3, -1}) {  // -1: shared rows
     const SparseMlaPlan plan =
-        plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), PlanChoice{0, forced_splits});
+        forced_splits < 0 ? shared_rows_plan(hp.T, hp.H, hp.topk)
+                          : plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), PlanChoice{0, forced_splits});
     const Agreement a = forward_and_judge(d, p, plan, ro, rl);
-    EXPECT_TRUE(a.ok()) << "splits " << plan.splits << ": " << a.summary();
+    EXPECT_TRUE(a.ok()) << "splits " << forced_splits << ": " << a.summary();
   }
 }
 
@@ -327,16 +376,17 @@ TEST_F(Gpu, BitwiseDeterministic) {
   const HostProblem hp = make_problem(8, 16, 2048, 64, 128, IndexPattern::padding_middle, 77);
   DeviceProblem d(hp);
   const SparseMlaProblem p = d.view();
-  const SparseMlaPlan plan = plan_sparse_mla(p);
-  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  std::vector<uint16_t> first;
-  for (int rep = 0; rep < 5; ++rep) {
-    d.poison();
-    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
-    CUDA_OK(cudaDeviceSynchronize());
-    const auto o = d.out.get();
-    if (rep == 0) first = o;
-    ASSERT_EQ(o, first) << "rep " << rep;
+  for (const SparseMlaPlan& plan : {plan_sparse_mla(p), shared_rows_plan(hp.T, hp.H, hp.topk)}) {
+    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    std::vector<uint16_t> first;
+    for (int rep = 0; rep < 5; ++rep) {
+      d.poison();
+      sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      const auto o = d.out.get();
+      if (rep == 0) first = o;
+      ASSERT_EQ(o, first) << "kernel " << int(plan.kernel) << " rep " << rep;
+    }
   }
 }
 

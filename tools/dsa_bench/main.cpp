@@ -45,6 +45,7 @@ struct Options : TimingOptions {
   std::vector<int> valid;
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0;
+  std::string kernel = "auto";  // auto (planner), split-k, shared-rows
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
@@ -147,6 +148,17 @@ struct DeviceFree {
 };
 using DevicePtr = std::unique_ptr<void, DeviceFree>;
 
+PlanChoice plan_choice(const Options& o) {
+  PlanChoice c{o.block_keys, o.splits};
+  if (o.kernel == "split-k") c.kernel = PlanChoice::Kernel::split_k;
+  if (o.kernel == "shared-rows") c.kernel = PlanChoice::Kernel::shared_rows;
+  return c;
+}
+
+const char* kernel_name(const SparseMlaPlan& plan) {
+  return plan.kernel == SparseMlaKernel::shared_rows ? "rows" : "splitk";
+}
+
 // One call with the in-kernel timeline on (L2 flushed first), summarised per phase over CTAs.
 std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, void* ws, KernelTimer& timer) {
   const size_t n = size_t(plan.ctas) * detail::kTimelinePoints;
@@ -212,7 +224,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   validate(p);
-  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), PlanChoice{o.block_keys, o.splits});
+  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), plan_choice(o));
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
@@ -300,7 +312,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
   timer.set_after_flush(nullptr, 0);
-  if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
+  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k;  // stages and timeline exist for it only
+  if (o.timeline && split_k) res.timeline = run_timeline(p, res.plan, ws, timer);
   if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
     constexpr int kCalls = 16;
     double best = 1e30;
@@ -314,7 +327,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     DSA_CUDA_CHECK(cudaDeviceSynchronize());
     std::printf("host us per call (plan + forward, best of 50 bursts of %d): %.2f  [%s]\n", kCalls, best, c.name.c_str());
   }
-  if (o.stage != "full") {  // stage dissection: variants that stop early, same timer
+  if (o.stage != "full" && split_k) {  // stage dissection: variants that stop early, same timer
     for (int st = 0; st < 4; ++st) {
       if (o.stage != "all" && o.stage != kStageNames[st]) continue;
       const Timing t = timer.time(
@@ -363,7 +376,10 @@ void print_table(const std::vector<Result>& results, FILE* f) {
                "target");
   for (const Result& r : results) {
     char plan[32], range[48], parts[48] = "-";
-    std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
+    if (r.plan.kernel == SparseMlaKernel::shared_rows)
+      std::snprintf(plan, sizeof plan, "rows");
+    else
+      std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
     const auto& k = r.kernel.per_kernel_median_us;
     if (k.size() == 1) std::snprintf(parts, sizeof parts, "%.1f", k[0]);
@@ -395,7 +411,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
@@ -601,10 +617,15 @@ int run_inspect(const Options& o, int tokens_shown) {
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
-    std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
-                "workspace %zu bytes%s\n",
-                dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
-                plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+    if (plan.kernel == SparseMlaKernel::shared_rows)
+      std::printf("planner (%s): shared-rows kernel, %d CTAs = %d tokens / 4 x %d head groups, rows listed by "
+                  "several of a CTA's tokens gathered once\n",
+                  dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup);
+    else
+      std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
+                  "workspace %zu bytes%s\n",
+                  dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
+                  plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
   }
   return 0;
 }
@@ -664,6 +685,8 @@ int main(int argc, char** argv) {
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
+  app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (4 tokens per CTA)")
+      ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
