@@ -15,6 +15,12 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lead
          (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
+// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile of `rows` rows: column
+// blocks of 64 16-bit elements (rows x 128 B each), chunk c % 8 of a row at (c % 8) ^ (r % 8).
+__device__ __forceinline__ uint32_t sw128_offset(int rows, int r, int c) {
+  return static_cast<uint32_t>((c / 8) * (rows * 128) + r * 128 + (((c % 8) ^ (r % 8)) * 16));
+}
+
 // Orders this thread's register writes before the next wgmma reads them (and its accumulators).
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 

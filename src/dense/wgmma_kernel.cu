@@ -80,14 +80,6 @@ DSA_WGMMA_FLAVOUR(__half, f16, 64)
 DSA_WGMMA_FLAVOUR(__half, f16, 128)
 #undef DSA_WGMMA_FLAVOUR
 
-// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile of kRows rows.
-template <int kRows>
-struct Sw128 {
-  __device__ __forceinline__ uint32_t operator()(int r, int c) const {
-    return static_cast<uint32_t>((c / 8) * (kRows * 128) + r * 128 + (((c % 8) ^ (r % 8)) * 16));
-  }
-};
-
 // Tensor maps of q, k and v: 4-D (D, L, N, B) views, boxes of 64 columns x 128 rows.
 struct DenseTensorMaps {
   CUtensorMap q, k, v;
@@ -325,11 +317,11 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = staged_row0 + lane / 4 + 8 * r;
-        *reinterpret_cast<uint32_t*>(smem + Sw128<kBlockQ>{}(row, n) + 4 * (lane % 4)) =
+        *reinterpret_cast<uint32_t*>(smem + wgmma::sw128_offset(kBlockQ, row, n) + 4 * (lane % 4)) =
             ElemOps<Elem>::pack(o[4 * n + 2 * r] * inv[r], o[4 * n + 2 * r + 1] * inv[r]);
       }
     __syncwarp();
-    auto staged_offset = [staged_row0](int r, int col) { return Sw128<kBlockQ>{}(staged_row0 + r, col); };
+    auto staged_offset = [staged_row0](int r, int col) { return wgmma::sw128_offset(kBlockQ, staged_row0 + r, col); };
     store_rows<kVChunks>(smem, staged_offset, p, c.batch, c.head, warp_row0, lane, lse);
     wgmma::fence_proxy_async_smem();  // these generic accesses come before the next Q's TMA writes
     __syncwarp();

@@ -50,6 +50,8 @@ inline constexpr int kPlannerBlockKeys = 32;
 
 // Tokens per CTA of the shared-rows kernel (shared_rows_kernel.cu).
 inline constexpr int kSharedRowsTokens = 4;
+// Union entries per tile of the shared-rows kernel (its wgmma N for the scores; plan.block_keys).
+inline constexpr int kSharedRowsTileEntries = 32;
 // Row indices the shared-rows kernel accepts: num_rows < 2^30 (its sort key is row << 2 | token).
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 30;
 

@@ -54,6 +54,7 @@
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
+#include "common/warp_scan.cuh"
 #include "common/wgmma.cuh"
 #include "sparse_mla/params.h"
 
@@ -69,7 +70,7 @@ constexpr int kQkDim = kCkvDim + kKpeDim;                    // 576
 constexpr int kChunksPerRow = kQkDim * 2 / 16;               // 72 x 16 B
 constexpr int kCkvChunks = kCkvDim * 2 / 16;                 // 64
 constexpr int kBlocks = kQkDim / 64;                         // 9 swizzled column blocks of 64 dims
-constexpr int kTileEntries = 32;                             // union entries per tile = S's N
+constexpr int kTileEntries = kSharedRowsTileEntries;         // union entries per tile = S's N
 constexpr int kStages = 3;
 constexpr int kRegKSteps = 24;                               // Q dims 0-383 in registers
 constexpr int kSmemKSteps = kQkDim / 16 - kRegKSteps;        // Q dims 384-575 from shared memory
@@ -112,12 +113,6 @@ constexpr int kScratchOffset = (kEntriesOffset + kEntriesBytes + 127) / 128 * 12
 constexpr int kSmemBytes = kScratchOffset + kScratchBytes + 1024;
 static_assert(kRows * kRegKSteps * 16 * 2 <= kStages * kTileBytes, "Q staging fits the tiles");
 static_assert(kRows * kStagedStride * 2 <= kStages * kTileBytes, "output staging fits the tiles");
-static_assert(kWarps * kKeysPerThread >= 32, "the entry scan gives every lane a count");
-
-// Byte offset of 16-byte chunk c of row r in a 128-byte-swizzled tile of `rows` rows.
-__device__ __forceinline__ uint32_t swizzled(int rows, int r, int c) {
-  return static_cast<uint32_t>((c / 8) * (rows * 128) + r * 128 + (((c % 8) ^ (r % 8)) * 16));
-}
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p) {
   extern __shared__ uint8_t smem_raw[];
@@ -151,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
                           : col < kCkvChunks
                               ? p.q_nope + t * p.q_nope_token_stride + h * p.q_nope_head_stride + col * 8
                               : p.q_pe + t * p.q_pe_token_stride + h * p.q_pe_head_stride + (col - kCkvChunks) * 8;
-    const uint32_t dst = col < kRegChunks ? sTiles + swizzled(kRows, r, col) : sQSmem + swizzled(kRows, r, col - kRegChunks);
+    const uint32_t dst = col < kRegChunks ? sTiles + wgmma::sw128_offset(kRows, r, col) : sQSmem + wgmma::sw128_offset(kRows, r, col - kRegChunks);
     ptx::cp_async_16(dst, src, live ? 16u : 0u);
   }
   ptx::cp_async_commit();
@@ -188,31 +183,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (lane == 0) s_counts[j * kWarps + warp] = __popc(head_ballot[j]);
   }
   __syncthreads();
-  if (warp == 0) {  // exclusive scan of the (item, warp) counts, kPer per lane
-    constexpr int kCounts = kKeysPerThread * kWarps, kPer = (kCounts + 31) / 32;
-    int c[kPer], sum = 0;
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int k = lane * kPer + u;
-      c[u] = k < kCounts ? s_counts[k] : 0;
-      sum += c[u];
-    }
-    int incl = sum;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += v;
-    }
-    __syncwarp();
-    int run = incl - sum;
-#pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int k = lane * kPer + u;
-      if (k < kCounts) s_counts[k] = run;
-      run += c[u];
-    }
-    if (lane == 31) s_counts[kCounts] = incl;
-  }
+  if (warp == 0) warp_exclusive_scan<kKeysPerThread * kWarps>(s_counts, lane);
   __syncthreads();
   const unsigned lanes_below = (1u << lane) - 1u;
 #pragma unroll
@@ -232,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     uint32_t q[kRegKSteps][4];  // A fragments of Q[:, 0:384], rows 16w..16w+15 of this warp
 #pragma unroll
     for (int kk = 0; kk < kRegKSteps; ++kk)
-      ptx::ldmatrix_x4(q[kk], sTiles + swizzled(kRows, token_of_warp * 16 + lane % 16, 2 * kk + lane / 16));
+      ptx::ldmatrix_x4(q[kk], sTiles + wgmma::sw128_offset(kRows, token_of_warp * 16 + lane % 16, 2 * kk + lane / 16));
     ptx::named_barrier_arrive(kBarQRead, kThreads);  // the output warpgroups may load tiles over it
 
     float m_run[2] = {-INFINITY, -INFINITY};  // rows lane/4 and lane/4 + 8 of this warp, base-2 logits
@@ -350,10 +321,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         const int64_t row = live ? static_cast<int64_t>(s_keys[s_entry[e]] >> 2) : 0;
         const uint32_t bytes = live ? 16u : 0u;
         const uint16_t* ckv = p.ckv + row * p.ckv_row_stride;
-        ptx::cp_async_16(dst + swizzled(kTileEntries, r, lane), ckv + lane * 8, bytes);
-        ptx::cp_async_16(dst + swizzled(kTileEntries, r, lane + 32), ckv + (lane + 32) * 8, bytes);
+        ptx::cp_async_16(dst + wgmma::sw128_offset(kTileEntries, r, lane), ckv + lane * 8, bytes);
+        ptx::cp_async_16(dst + wgmma::sw128_offset(kTileEntries, r, lane + 32), ckv + (lane + 32) * 8, bytes);
         if (lane < kChunksPerRow - kCkvChunks)
-          ptx::cp_async_16(dst + swizzled(kTileEntries, r, kCkvChunks + lane), p.kpe + row * p.kpe_row_stride + lane * 8,
+          ptx::cp_async_16(dst + wgmma::sw128_offset(kTileEntries, r, kCkvChunks + lane), p.kpe + row * p.kpe_row_stride + lane * 8,
                            bytes);
       }
     };

@@ -128,6 +128,21 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.num_tokens = num_tokens;
   plan.num_heads = num_heads;
   plan.topk = topk;
+  // Shared rows: only when asked for. It is experimental: faster from T ~ 512 on (docs/perf.md
+  // runs 45-47) but its hand-over between warpgroups is not yet sanitizer-clean (racecheck,
+  // synccheck), so the planner does not pick it.
+  if (choice.kernel == PlanChoice::Kernel::shared_rows) {
+    if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
+    if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
+    if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
+    plan.kernel = SparseMlaKernel::shared_rows;
+    plan.block_keys = detail::kSharedRowsTileEntries;
+    plan.splits = 1;
+    plan.chunk = topk;
+    plan.ctas = static_cast<int>(ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup));
+    plan.workspace_bytes = 0;
+    return plan;
+  }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
   const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
   // Two CTAs per SM (8 warps). Measured on the H100 (docs/perf.md, ac6f7a2): 32-key tiles x 2
@@ -166,21 +181,6 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     fail("device", "not enough shared memory per block");
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
 
-  // Shared rows: only when asked for. It is experimental: faster from T ~ 512 on (docs/perf.md
-  // runs 45-47) but its hand-over between warpgroups is not yet sanitizer-clean (racecheck,
-  // synccheck), so the planner does not pick it.
-  const bool shared_rows_fits = topk <= SparseMlaPlan::kMaxChunk;
-  if (choice.kernel == PlanChoice::Kernel::shared_rows) {
-    if (!shared_rows_fits) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
-    if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
-    if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
-    plan.kernel = SparseMlaKernel::shared_rows;
-    plan.block_keys = 32;  // union entries per tile
-    plan.splits = 1;
-    plan.chunk = topk;
-    plan.ctas = static_cast<int>(ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup));
-    plan.workspace_bytes = 0;
-  }
   return plan;
 }
 
@@ -212,9 +212,10 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
   if (plan.kernel == SparseMlaKernel::shared_rows) {
-    if (plan.topk > SparseMlaPlan::kMaxChunk) fail("plan", "shared_rows needs topk <= 2048");
+    if (plan.topk > SparseMlaPlan::kMaxChunk)
+      fail("plan", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     if (static_cast<int64_t>(problem.num_pages) * problem.page_size >= detail::kSharedRowsMaxRows)
-      fail("plan", "shared_rows needs num_pages * page_size < 2^30; plan this problem with plan_sparse_mla(problem)");
+      fail("plan", "shared_rows needs num_pages * page_size < 2^30; use the split_k kernel");
     if (stage != kStageFull || timeline != nullptr) fail("plan", "stage variants and the timeline exist for split_k only");
     if (problem.num_tokens == 0) return;
     launch_sparse_mla_shared_rows(make_params(problem), stream);

@@ -40,6 +40,7 @@
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
+#include "common/warp_scan.cuh"
 #include "dsa/sparse_mla.h"
 #include "sparse_mla/params.h"
 
@@ -169,19 +170,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     if (lane == 0) s_offsets[j * kWarps + warp] = __popc(my_ballot[j]);
   }
   __syncthreads();
-  if (warp == 0) {  // exclusive scan of the 64 per-(j, warp) counts, two per lane
-    const int a = s_offsets[2 * lane], b = s_offsets[2 * lane + 1];
-    int incl = a + b;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += v;
-    }
-    __syncwarp();
-    s_offsets[2 * lane] = incl - a - b;
-    s_offsets[2 * lane + 1] = incl - b;
-    if (lane == 31) s_offsets[kIdxPerThread * kWarps] = incl;
-  }
+  if (warp == 0) warp_exclusive_scan<kIdxPerThread * kWarps>(s_offsets, lane);
   __syncthreads();
   const unsigned lanes_below = (1u << lane) - 1u;
 #pragma unroll

@@ -617,15 +617,10 @@ int run_inspect(const Options& o, int tokens_shown) {
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
-    if (plan.kernel == SparseMlaKernel::shared_rows)
-      std::printf("planner (%s): shared-rows kernel, %d CTAs = %d tokens / 4 x %d head groups, rows listed by "
-                  "several of a CTA's tokens gathered once\n",
-                  dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup);
-    else
-      std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
-                  "workspace %zu bytes%s\n",
-                  dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
-                  plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+    std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
+                "workspace %zu bytes%s\n",
+                dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
+                plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
   }
   return 0;
 }
