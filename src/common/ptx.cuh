@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -85,13 +86,20 @@ __device__ __forceinline__ void wait_prerequisites() {
 }
 
 // Named barrier `id` over `count` threads: wait until all have arrived (this thread included).
+// The non-.aligned form: warp-specialised kernels reach one barrier from different code.
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // Named barrier `id` over `count` threads: count this thread's warp as arrived, do not wait.
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Blocks until the mbarrier at `bar` has completed the phase with parity `parity` (acquire).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
 }
 
 // Warpgroup-wide register budget change (sm_90a): producers give registers back, consumers take

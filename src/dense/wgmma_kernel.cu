@@ -85,12 +85,6 @@ struct DenseTensorMaps {
   CUtensorMap q, k, v;
 };
 
-// Blocks until the mbarrier at `bar` has completed the phase with parity `parity`.
-__device__ __forceinline__ void wait_phase(uint64_t* bar, uint32_t parity) {
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
-}
-
 // One TMA request per 64-column block of a rows x D tile at (row0, head, batch).
 template <int kD, int kRows>
 __device__ __forceinline__ void tma_tile(uint8_t* dst, const CUtensorMap* map, int row0, int head, int batch,
@@ -176,7 +170,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
         auto request_group = [&](int g) {
           const uint32_t gs = seq + g;
           const int stage = gs % kStages;
-          if (gs >= kStages) wait_phase(&empty[stage], ((gs / kStages) - 1) & 1);
+          if (gs >= kStages) ptx::mbarrier_wait(&empty[stage], ((gs / kStages) - 1) & 1);
           const uint32_t bytes = (g < c.n_tiles ? kKBytes : 0) + (g >= 1 ? kVBytes : 0);
           cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
                                                cuda::ptx::space_shared, &full[stage], bytes);
@@ -190,7 +184,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
         const int groups = c.n_tiles > 0 ? c.n_tiles + 1 : 0;
         const int early = min(groups, kStages - 1);
         for (int g = 0; g < early; ++g) request_group(g);
-        if (k > 0) wait_phase(q_empty, (k - 1) & 1);
+        if (k > 0) ptx::mbarrier_wait(q_empty, (k - 1) & 1);
         cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
                                              q_full, kQBytes);
         tma_tile<kDqk, kBlockQ>(smem, &maps.q, c.q0, c.head, c.batch, q_full);
@@ -219,7 +213,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
   auto your_turn = [&] { ptx::named_barrier_arrive(1 + (wg + 1) % kGroups, 2 * 128); };
   if (wg == kGroups - 1) your_turn();
 
-  auto begin_iteration = [&](int j) { wait_phase(&full[(seq + j) % kStages], ((seq + j) / kStages) & 1); };
+  auto begin_iteration = [&](int j) { ptx::mbarrier_wait(&full[(seq + j) % kStages], ((seq + j) / kStages) & 1); };
   auto end_iteration = [&](int j) {  // this warp no longer reads group j's stage
     __syncwarp();
     if (lane == 0) cuda::ptx::mbarrier_arrive(&empty[(seq + j) % kStages]);
@@ -259,7 +253,7 @@ __global__ void __launch_bounds__(WgmmaTile<kDqk>::kThreads, 1)
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.f;
     // Q has landed (also when there is no key tile: its bytes must not land over staged rows).
-    wait_phase(q_full, k & 1);
+    ptx::mbarrier_wait(q_full, k & 1);
 
     // Iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back; the softmax of S_j
     // runs while the tensor cores still work on P_{j-1} V_{j-1}, and O is rescaled once that

@@ -32,10 +32,11 @@ struct SparseMlaParams {
   int block_keys, splits, chunk;
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
-  // Diagnostics (dsa-bench --timeline): when set, thread 0 of CTA b writes kTimelinePoints
-  // values at timeline[b * kTimelinePoints]: %globaltimer at entry (ns), then SM clock cycles
-  // since entry after Q issue, compaction, Q in registers, first tile landed, the loop, the
-  // stores, and %globaltimer again at exit (the two timers give the SM clock).
+  // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
+  // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
+  // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
+  // after Q issue, compaction, Q in registers, first tile landed, the loop, the stores.
+  // Shared-rows: see SharedRowsTimeline in shared_rows_kernel.cu.
   long long* timeline;
 };
 
@@ -54,6 +55,8 @@ inline constexpr int kSharedRowsTokens = 4;
 inline constexpr int kSharedRowsTileEntries = 32;
 // Row indices the shared-rows kernel accepts: num_rows < 2^30 (its sort key is row << 2 | token).
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 30;
+// Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
+inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);

@@ -16,10 +16,13 @@
 //        list (weight 0 -> -inf; warp w holds rows 16w..16w+15 = token w), runs the online
 //        softmax (base 2) and hands P (bf16) and the rescale factors over in shared memory;
 //      - the two output warpgroups gather the tiles (16-byte cp.async into the 128-byte-swizzled
-//        layout wgmma reads, 3 stages; entries past the end zero-filled) and accumulate
-//        O[:, 256g .. 256g+256) += P V (wgmma m64n256k16, V = the ckv part of the same tile as an
-//        N-major operand), while the scores warpgroup is already on the next tile.
-//      Named barriers hand tiles and P over (producer bar.arrive, consumer bar.sync).
+//        layout wgmma reads, 4 stages; entries past the end zero-filled; warpgroup g loads the
+//        columns only it and the scores read, so it refills a stage without waiting for the
+//        other) and accumulate O[:, 256g .. 256g+256) += P V (wgmma m64n256k16, V = the ckv part
+//        of the same tile as an N-major operand), issuing the next gathers while P V runs;
+//        the scores warpgroup sees tiles two ahead of the P it hands over.
+//      mbarriers hand tiles and P over: every writing (or reading) thread arrives (release),
+//      the waiters acquire; compute-sanitizer's racecheck and synccheck follow that.
 //   3. Epilogue: normalise, stage the 64 x 512 bf16 tile in shared memory, write whole rows and
 //      the lse. One CTA owns its tokens' heads: no split, no combine, no workspace.
 // The tensor cores compute every (query row, entry) pair, also those of entries another token
@@ -39,18 +42,27 @@
 //               integer-heavy work, Q re-read from shared memory for every 32 entries.
 //   v2          warp-specialised as above, 3 stages: 2623 (2171); the output warpgroups announced
 //               tile j + 1 only after taking P of tile j, so scores and P V ran in lock-step.
-//   v3          tile j + 1 announced before waiting for P of tile j (the scores warpgroup runs a
+//   v3 cd3f647  tile j + 1 announced before waiting for P of tile j (the scores warpgroup runs a
 //               tile ahead): 2078 (2149); T = 8192 prefill 3092 (3711); T = 1024 random 795,
 //               1.04x the gather floor (split-K 1.09x); T = 256 random 395 (64 CTAs: too few).
-// Status: experimental, only when forced (PlanChoice::Kernel::shared_rows). Correct (136 GPU
-// tests) and memcheck-clean, but racecheck reports the P / alpha hand-over (named-barrier
-// arrive -> sync) and synccheck the epilogue's named barrier; the next step is mbarriers with
-// release/acquire for the hand-over, then a planner rule (T >= 512).
+//               Not sanitizer-clean: racecheck did not follow the named-barrier arrive -> sync
+//               hand-over, synccheck flagged bar.sync (.aligned) reached from two branches, and a
+//               refilled stage could still be read by the other output warpgroup's P V.
+//   v4          mbarriers (per-thread arrivals; one per warp after __syncwarp was as fast but
+//               racecheck does not follow it), 4 stages, each output warpgroup gathering its own
+//               columns: 2332 (split-K 2155), slower. ncu: the gathers' address math was 43 % of
+//               the stall samples. Rows broadcast by shuffles, lane-constant addresses hoisted,
+//               gathers issued while P V runs, tiles announced two ahead: 2018 (v3 2064, split-K
+//               2198, same run); T = 8192 2997 (3807); random T = 512 / 1024 at 1.01 / 1.02x the
+//               gather floor. racecheck and synccheck clean. Now the scores warpgroup is the
+//               critical path (the output warpgroups wait 40 % of the loop for P).
+// The planner picks this kernel for 16 heads when its CTAs fill whole waves (sparse_mla.cpp).
 #include <cmath>
 #include <cstdint>
 
 #include <cuda_runtime.h>
 #include <cub/block/block_radix_sort.cuh>
+#include <cuda/ptx>
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
@@ -71,49 +83,76 @@ constexpr int kChunksPerRow = kQkDim * 2 / 16;               // 72 x 16 B
 constexpr int kCkvChunks = kCkvDim * 2 / 16;                 // 64
 constexpr int kBlocks = kQkDim / 64;                         // 9 swizzled column blocks of 64 dims
 constexpr int kTileEntries = kSharedRowsTileEntries;         // union entries per tile = S's N
-constexpr int kStages = 3;
+#ifndef DSA_SHARED_ROWS_STAGES
+#define DSA_SHARED_ROWS_STAGES 4
+#endif
+constexpr int kStages = DSA_SHARED_ROWS_STAGES;              // tiles in flight (3 ahead of P V)
+static_assert(kStages >= 4, "the output warpgroups announce tiles two ahead of the P V they run");
 constexpr int kRegKSteps = 24;                               // Q dims 0-383 in registers
 constexpr int kSmemKSteps = kQkDim / 16 - kRegKSteps;        // Q dims 384-575 from shared memory
 constexpr int kRegChunks = kRegKSteps * 2;                   // 48 16-byte chunks of a Q row
 constexpr int kDimsPerGroup = kCkvDim / kOutGroups;          // 256 output dims each
+constexpr int kGroupCkvChunks = kCkvChunks / kOutGroups;     // 32: the ckv chunks an output warpgroup loads
+constexpr int kGroupKpeChunks = (kChunksPerRow - kCkvChunks) / kOutGroups;  // 4: and kpe chunks
 constexpr int kMaxKeys = kTokens * SparseMlaPlan::kMaxChunk;  // 8192
 constexpr int kKeysPerThread = (kMaxKeys + kThreads - 1) / kThreads;  // 22
 constexpr int kSAcc = kTileEntries / 2;                      // 16 accumulators of S per thread
 constexpr int kOAcc = kDimsPerGroup / 2;                     // 128 accumulators of O per thread
 constexpr int kStagedStride = kCkvDim + 8;                   // bf16 elements per staged output row
-constexpr int kPStride = kTileEntries + 8;                   // bf16 elements per P row (ldmatrix without conflicts)
 // Registers after setmaxnreg: the scores warpgroup holds 2/3 of Q (96) + S; each output
 // warpgroup O (128) + P fragments + its loads. 128 x (152 + 2 x 176) = 64512, the launch's
 // allocation (all of Q in registers spills on one side or the other and serialises the wgmmas).
 constexpr int kScoresRegs = 152, kOutputRegs = 176;
-
-// Named barriers (0 is __syncthreads). Producers bar.arrive, consumers bar.sync, kThreads each.
-constexpr int kBarTileFull = 1;  // + stage: the tile's rows landed (output -> scores)
-constexpr int kBarPFull = 4;     // + j % 2: P and alpha of tile j written (scores -> output)
-constexpr int kBarPEmpty = 6;    // + j % 2: P and alpha of tile j read (output -> scores)
-constexpr int kBarQRead = 8;     // Q moved into registers: its staging area may take tiles
-constexpr int kBarEpilogue = 9;  // all warpgroups, twice: 1/l written, output staged
+constexpr int kBarEpilogue = 1;  // named barrier, all warpgroups, twice: 1/l written, output staged
 
 // Dynamic shared memory (1024-byte aligned for the swizzle atoms), in order:
 constexpr int kTileBytes = kBlocks * kTileEntries * 128;     // one stage: 9 blocks of 32 rows x 128 B
 constexpr int kQSmemBytes = kSmemKSteps / 4 * kRows * 128;    // Q dims 384-575: 3 blocks of 64 rows
 constexpr int kKeysBytes = kMaxKeys * 4;                     // sorted keys
 constexpr int kEntriesBytes = ((kMaxKeys + 1) * 2 + 15) / 16 * 16;  // uint16 key position per entry, + end
-constexpr int kPBytes = kRows * kPStride * 2;                // one P buffer
-using KeySort = cub::BlockRadixSort<uint32_t, kThreads, kKeysPerThread>;
-constexpr int kHandoffBytes = 2 * kPBytes + 2 * kRows * 4 + kRows * 4;  // P x 2, alpha x 2, 1/l
-constexpr int kScratchBytes = (static_cast<int>(sizeof(typename KeySort::TempStorage)) > kHandoffBytes
-                                   ? static_cast<int>(sizeof(typename KeySort::TempStorage))
-                                   : kHandoffBytes);
+constexpr int kPBytes = kRows * kTileEntries * 2;            // one P buffer, 64-byte rows, 16-byte chunks swizzled
+constexpr int kQStagingBytes = kRows * kRegKSteps * 16 * 2;  // Q dims 0-383, staged over the tiles
 constexpr int kTilesOffset = 0;
 constexpr int kQSmemOffset = kStages * kTileBytes;
 constexpr int kKeysOffset = kQSmemOffset + kQSmemBytes;
 constexpr int kEntriesOffset = kKeysOffset + kKeysBytes;
-constexpr int kScratchOffset = (kEntriesOffset + kEntriesBytes + 127) / 128 * 128;  // sort, then hand-over
-constexpr int kSmemBytes = kScratchOffset + kScratchBytes + 1024;
-static_assert(kRows * kRegKSteps * 16 * 2 <= kStages * kTileBytes, "Q staging fits the tiles");
+constexpr int kHandoffOffset = (kEntriesOffset + kEntriesBytes + 127) / 128 * 128;  // P x 2, alpha x 2, 1/l
+constexpr int kSmemBytes = kHandoffOffset + 2 * kPBytes + 2 * kRows * 4 + kRows * 4 + 1024;
+using KeySort = cub::BlockRadixSort<uint32_t, kThreads, kKeysPerThread>;
+// The sort's scratch lies over the tiles behind the Q staging; the compaction's counts over P.
+constexpr int kSortOffset = kQStagingBytes;
+static_assert(kSortOffset + sizeof(typename KeySort::TempStorage) <= kStages * kTileBytes, "sort scratch fits the tiles");
+static_assert((kKeysPerThread * kWarps + 1) * 4 <= 2 * kPBytes, "compaction counts fit the P buffers");
+static_assert(kQStagingBytes <= kStages * kTileBytes, "Q staging fits the tiles");
 static_assert(kRows * kStagedStride * 2 <= kStages * kTileBytes, "output staging fits the tiles");
+static_assert(kTileEntries == 32, "P's swizzle assumes 4 chunks of 16 bytes per row");
 
+// Byte offset of P[r][c] (c a multiple of 2): chunk c / 8 of row r XOR (r / 2) % 4, so the 8
+// rows an ldmatrix reads, and the 8 rows a warp's fragment stores touch, fall in distinct banks.
+__device__ __forceinline__ uint32_t p_offset(int r, int c) {
+  return r * (kTileEntries * 2) + (((c / 8) ^ ((r / 2) % 4)) * 16) + (c % 8) * 2;
+}
+
+// Diagnostics (dsa-bench --timeline): the kTimelinePoints record of a CTA.
+enum SharedRowsTimeline {
+  kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
+  kTlSetup = 1,        // cycles since entry: keys sorted, union compacted, Q landed
+  kTlScoresTile = 2,   // scores warp 0, cycles summed: waiting for tiles to land
+  kTlScoresPEmpty = 3, //   waiting for a P buffer to be read
+  kTlOutputLoads = 4,  // output warp 4, cycles summed: waiting for its own gathers
+  kTlOutputP = 5,      //   waiting for P
+  kTlLoopDone = 6,     // cycles since entry: the scores warpgroup's last P handed over
+  kTlExit = 7,         // %globaltimer at exit (ns)
+};
+
+__device__ __forceinline__ long long global_ns() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// kTimed builds the diagnostic variant that fills p.timeline (its clocks cost registers).
+template <bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_addr(smem_raw);
@@ -122,10 +161,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const uint32_t sTiles = base + kTilesOffset, sQSmem = base + kQSmemOffset;
   uint32_t* s_keys = reinterpret_cast<uint32_t*>(smem + kKeysOffset);
   uint16_t* s_entry = reinterpret_cast<uint16_t*>(smem + kEntriesOffset);
-  uint16_t* s_p = reinterpret_cast<uint16_t*>(smem + kScratchOffset);                   // [2][kRows][kPStride]
-  float* s_alpha = reinterpret_cast<float*>(smem + kScratchOffset + 2 * kPBytes);       // [2][kRows]
+  const uint32_t sP = base + kHandoffOffset;                                             // [2][kRows x 64 B]
+  float* s_alpha = reinterpret_cast<float*>(smem + kHandoffOffset + 2 * kPBytes);       // [2][kRows]
   float* s_inv_l = s_alpha + 2 * kRows;                                                  // [kRows]
-  __shared__ int s_counts[kKeysPerThread * kWarps + 1];  // heads per (item, warp), then offsets
+  int* s_counts = reinterpret_cast<int*>(smem + kHandoffOffset);  // heads per (item, warp), then offsets
+  // Hand-overs: every thread that wrote (or read) arrives with release semantics, the waiters
+  // acquire. (One arrival per warp after __syncwarp measured the same speed, run 50, but
+  // racecheck does not follow the ordering through __syncwarp.)
+  __shared__ uint64_t tile_full[kStages];  // the tile's rows landed: 256 output threads arrive
+  __shared__ uint64_t p_full[2];           // P and alpha of tile j written (j % 2): 128 scores threads
+  __shared__ uint64_t p_empty[2];          // P and alpha of tile j read: 256 output threads
+  __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ int s_num_keys;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -135,6 +181,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int h0 = (blockIdx.x % head_groups) * kHeadGroup;
   const int t0 = (blockIdx.x / head_groups) * kTokens;
   const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << 2;  // above every valid key
+  const long long clock_entry = kTimed ? clock64() : 0;
+  long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
+  if (kTimed && tid == 0) timeline[kTlEntry] = global_ns();
+
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) cuda::ptx::mbarrier_init(&tile_full[s], kOutGroups * 128);
+    for (int b = 0; b < 2; ++b) {
+      cuda::ptx::mbarrier_init(&p_full[b], 128);
+      cuda::ptx::mbarrier_init(&p_empty[b], kOutGroups * 128);
+    }
+    cuda::ptx::mbarrier_init(&q_read, 128);
+  }
 
   // 1. Q of the 4 tokens: dims 0-383 into the tile area (read into registers below), dims
   //    384-575 into their own blocks; rows past T are zeros.
@@ -165,11 +223,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   }
   if (tid == 0) s_num_keys = 0;
   const int end_bit = 32 - __clz(invalid_key);
-  KeySort(*reinterpret_cast<typename KeySort::TempStorage*>(smem + kScratchOffset)).SortBlockedToStriped(keys, 0, end_bit);
+  KeySort(*reinterpret_cast<typename KeySort::TempStorage*>(smem + kTilesOffset + kSortOffset)).SortBlockedToStriped(keys, 0, end_bit);
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j)
     if (j * kThreads + tid < kMaxKeys) s_keys[j * kThreads + tid] = keys[j];
-  __syncthreads();  // sorted keys visible
+  __syncthreads();  // sorted keys visible; the sort's scratch is free
 
   // Union entries: the first key of each row, compacted in key order.
   unsigned head_ballot[kKeysPerThread];
@@ -194,8 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   if (tid == 0) s_entry[num_entries] = s_num_keys;
   ptx::cp_async_wait<0>();
   wgmma::fence_proxy_async_smem();  // Q's shared-memory blocks are read by wgmma
-  __syncthreads();  // entries and Q visible; the sort's scratch is free for the hand-over buffers
+  __syncthreads();  // entries, Q and the mbarriers visible; the counts' space becomes P
   const int num_tiles = (num_entries + kTileEntries - 1) / kTileEntries;
+  if (kTimed && tid == 0) timeline[kTlSetup] = clock64() - clock_entry;
 
   if (wg == 0) {
     // ---- scores warpgroup --------------------------------------------------------------------
@@ -204,15 +263,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
     for (int kk = 0; kk < kRegKSteps; ++kk)
       ptx::ldmatrix_x4(q[kk], sTiles + wgmma::sw128_offset(kRows, token_of_warp * 16 + lane % 16, 2 * kk + lane / 16));
-    ptx::named_barrier_arrive(kBarQRead, kThreads);  // the output warpgroups may load tiles over it
+    cuda::ptx::mbarrier_arrive(&q_read);  // the output warpgroups may load tiles over the staging
 
     float m_run[2] = {-INFINITY, -INFINITY};  // rows lane/4 and lane/4 + 8 of this warp, base-2 logits
     float l_run[2] = {0.f, 0.f};              // this lane's part of the row sums
     const float scale = p.scale_log2;
     const int col0 = 2 * (lane % 4);  // this lane's first column in each n8 tile of S
     const int row0 = token_of_warp * 16 + lane / 4;
+    long long wait_tile = 0, wait_p_empty = 0;
     for (int j = 0; j < num_tiles; ++j) {
-      ptx::named_barrier_sync(kBarTileFull + j % kStages, kThreads);
+      long long t_wait = kTimed ? clock64() : 0;
+      ptx::mbarrier_wait(&tile_full[j % kStages], (j / kStages) & 1);
+      if (kTimed) wait_tile += clock64() - t_wait;
       const uint32_t tile = sTiles + (j % kStages) * kTileBytes;
 
       // This warp's token's weight for each entry of the tile: lane l counts entry l's keys.
@@ -276,19 +338,27 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       }
 
       // Hand P (bf16) and alpha over; the buffer of tile j - 2 must have been read.
-      if (j >= 2) ptx::named_barrier_sync(kBarPEmpty + j % 2, kThreads);
-      uint16_t* pb = s_p + (j % 2) * kRows * kPStride;
+      if (j >= 2) {
+        if (kTimed) t_wait = clock64();
+        ptx::mbarrier_wait(&p_empty[j % 2], ((j - 2) / 2) & 1);
+        if (kTimed) wait_p_empty += clock64() - t_wait;
+      }
+      uint8_t* pb = smem + kHandoffOffset + (j % 2) * kPBytes;
 #pragma unroll
       for (int n = 0; n < kSAcc / 4; ++n)
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<uint32_t*>(pb + (row0 + 8 * r) * kPStride + 8 * n + col0) =
-              ptx::pack_bf16x2(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]);
+          *reinterpret_cast<uint32_t*>(pb + p_offset(row0 + 8 * r, 8 * n + col0)) = ptx::pack_bf16x2(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]);
       if (lane % 4 == 0) {
         s_alpha[(j % 2) * kRows + row0] = alpha[0];
         s_alpha[(j % 2) * kRows + row0 + 8] = alpha[1];
       }
-      ptx::named_barrier_arrive(kBarPFull + j % 2, kThreads);
+      cuda::ptx::mbarrier_arrive(&p_full[j % 2]);
+    }
+    if (kTimed && tid == 0) {
+      timeline[kTlScoresTile] = wait_tile;
+      timeline[kTlScoresPEmpty] = wait_p_empty;
+      timeline[kTlLoopDone] = clock64() - clock_entry;
     }
 
     // Row sums, 1/l for the output warpgroups, lse.
@@ -311,57 +381,74 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     // ---- output warpgroups: gather the tiles, O += P V ------------------------------------------
     ptx::setmaxnreg_inc<kOutputRegs>();
     const int og = wg - 1;           // output dims [256 og, 256 og + 256)
-    const int lw = warp - 4;         // loader warp 0..7
-    auto load_tile = [&](int tile) {  // warp lw gathers entries lw, lw + 8, ... of the tile
+    const int gw = warp % 4;         // warp within the warpgroup
+    // Warpgroup og gathers the columns only it and the scores read: ckv chunks [32 og, 32 og + 32)
+    // (its V) and kpe chunks [4 og, 4 og + 4), warp gw rows gw, gw + 4, ... Refilling a stage then
+    // waits on nothing from the other output warpgroup. The gather is the output warpgroups'
+    // busiest code (ncu, run 50: 43 % of stall samples with 64-bit address math per row), so
+    // everything that depends on the lane only is computed once: row r = gw + 4 i has
+    // r % 8 = gw + 4 (i % 2), so two swizzled destinations per chunk serve every row, and a
+    // row's source is one 32 x 32 -> 64-bit multiply-add (strides < 2^32, checked on the host).
+    const int ckv_chunk = og * kGroupCkvChunks + lane;
+    const int kpe_chunk = kCkvChunks + og * kGroupKpeChunks + lane;  // used by lanes < 4
+    const bool kpe_lane = lane < kGroupKpeChunks;
+    const uint32_t dst_ckv[2] = {wgmma::sw128_offset(kTileEntries, gw, ckv_chunk), wgmma::sw128_offset(kTileEntries, gw + 4, ckv_chunk)};
+    const uint32_t dst_kpe[2] = {wgmma::sw128_offset(kTileEntries, gw, kpe_chunk), wgmma::sw128_offset(kTileEntries, gw + 4, kpe_chunk)};
+    const uint64_t src_ckv = reinterpret_cast<uint64_t>(p.ckv + ckv_chunk * 8);
+    const uint64_t src_kpe = reinterpret_cast<uint64_t>(p.kpe + (kpe_chunk - kCkvChunks) * 8);
+    const uint32_t ckv_row_bytes = static_cast<uint32_t>(p.ckv_row_stride) * 2, kpe_row_bytes = static_cast<uint32_t>(p.kpe_row_stride) * 2;
+    auto load_tile = [&](int tile) {
       const uint32_t dst = sTiles + (tile % kStages) * kTileBytes;
+      const int e = tile * kTileEntries + lane;  // lane l looks up entry l's row; shuffles share them
+      const int my_row = e < num_entries ? static_cast<int>(s_keys[s_entry[e]] >> 2) : -1;
 #pragma unroll
-      for (int r = lw; r < kTileEntries; r += 2 * 4) {
-        const int e = tile * kTileEntries + r;
-        const bool live = e < num_entries;
-        const int64_t row = live ? static_cast<int64_t>(s_keys[s_entry[e]] >> 2) : 0;
-        const uint32_t bytes = live ? 16u : 0u;
-        const uint16_t* ckv = p.ckv + row * p.ckv_row_stride;
-        ptx::cp_async_16(dst + wgmma::sw128_offset(kTileEntries, r, lane), ckv + lane * 8, bytes);
-        ptx::cp_async_16(dst + wgmma::sw128_offset(kTileEntries, r, lane + 32), ckv + (lane + 32) * 8, bytes);
-        if (lane < kChunksPerRow - kCkvChunks)
-          ptx::cp_async_16(dst + wgmma::sw128_offset(kTileEntries, r, kCkvChunks + lane), p.kpe + row * p.kpe_row_stride + lane * 8,
-                           bytes);
+      for (int i = 0; i < kTileEntries / 4; ++i) {
+        const int row_or_none = __shfl_sync(0xffffffffu, my_row, gw + 4 * i);
+        const uint32_t row = row_or_none < 0 ? 0u : static_cast<uint32_t>(row_or_none);
+        const uint32_t bytes = row_or_none < 0 ? 0u : 16u;
+        const uint32_t row_offset = (i / 2) * 8 * 128;  // rows gw + 4 i and gw + 4 (i % 2) are 8 (i / 2) apart
+        ptx::cp_async_16(dst + dst_ckv[i % 2] + row_offset,
+                         reinterpret_cast<const void*>(static_cast<uint64_t>(row) * ckv_row_bytes + src_ckv), bytes);
+        if (kpe_lane)
+          ptx::cp_async_16(dst + dst_kpe[i % 2] + row_offset,
+                           reinterpret_cast<const void*>(static_cast<uint64_t>(row) * kpe_row_bytes + src_kpe), bytes);
       }
     };
-    // Tile j is announced once its copies landed: wait_group, then the proxy fence (cp.async
-    // writes -> the wgmma proxy), then bar.arrive.
+    // Tile j is announced once the warp's copies landed: wait_group, then the proxy fence
+    // (cp.async writes -> the wgmma proxy), then the warp's arrival.
     auto announce = [&](int tile) {
       wgmma::fence_proxy_async_smem();
-      ptx::named_barrier_arrive(kBarTileFull + tile % kStages, kThreads);
+      cuda::ptx::mbarrier_arrive(&tile_full[tile % kStages]);
     };
-    ptx::named_barrier_sync(kBarQRead, kThreads);
-    if (num_tiles > 0) load_tile(0);
-    ptx::cp_async_commit();
-    if (num_tiles > 1) load_tile(1);
-    ptx::cp_async_commit();
+    long long wait_loads = 0, wait_p = 0;
+    ptx::mbarrier_wait(&q_read, 0);
+    // Copy groups: one per tile, tile t in stage t % kStages. Tiles 0 .. kStages - 2 go out
+    // first; all but the newest are announced as soon as they land.
+#pragma unroll
+    for (int t = 0; t < kStages - 1; ++t) {
+      if (t < num_tiles) load_tile(t);
+      ptx::cp_async_commit();
+    }
     ptx::cp_async_wait<1>();
-    if (num_tiles > 0) announce(0);
+#pragma unroll
+    for (int t = 0; t < kStages - 2; ++t)
+      if (t < num_tiles) announce(t);
 
     float o[kOAcc];
 #pragma unroll
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
     const int row0 = token_of_warp * 16 + lane / 4;
     for (int j = 0; j < num_tiles; ++j) {
-      // Tile j + 2 goes into the stage of tile j - 1 (its P V and S are done); tile j + 1 was
-      // requested one iteration ago and is announced once it has landed, before this warpgroup
-      // waits for P of tile j, so the scores warpgroup can run a tile ahead.
-      if (j + 2 < num_tiles) load_tile(j + 2);
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<1>();
-      if (j + 1 < num_tiles) announce(j + 1);
-      ptx::named_barrier_sync(kBarPFull + j % 2, kThreads);
+      long long t_wait = kTimed ? clock64() : 0;
+      ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1);
+      if (kTimed) wait_p += clock64() - t_wait;
       const float a0 = s_alpha[(j % 2) * kRows + row0], a1 = s_alpha[(j % 2) * kRows + row0 + 8];
       uint32_t pa[kTileEntries / 16][4];
-      const uint16_t* pb = s_p + (j % 2) * kRows * kPStride;
+      const uint32_t pb = sP + (j % 2) * kPBytes;
 #pragma unroll
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
-        ptx::ldmatrix_x4(pa[kk], ptx::smem_addr(pb + (token_of_warp * 16 + lane % 16) * kPStride + kk * 16 + (lane / 16) * 8));
-      if (j + 2 < num_tiles) ptx::named_barrier_arrive(kBarPEmpty + j % 2, kThreads);
+        ptx::ldmatrix_x4(pa[kk], pb + p_offset(token_of_warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+      cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
       if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {  // no row max moved: skip the rescale
 #pragma unroll
         for (int n = 0; n < kOAcc / 4; ++n) {
@@ -380,10 +467,24 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         wgmma::mma_rs_bf16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
       wgmma::commit();
+      // While P V runs: tile j + kStages - 1 goes into the stage of tile j - 1 (this warpgroup's
+      // P V of it has completed, the scores of it were done before P of tile j - 1 came), and
+      // tile j + kStages - 2 is announced once it has landed. The scores warpgroup so sees
+      // tiles two ahead of the P it hands over, and never waits for this warpgroup's P V.
+      if (j + kStages - 1 < num_tiles) load_tile(j + kStages - 1);
+      ptx::cp_async_commit();
+      if (kTimed) t_wait = clock64();
+      ptx::cp_async_wait<1>();
+      if (kTimed) wait_loads += clock64() - t_wait;
+      if (j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       wgmma::wait<0>();
       wgmma::pin(o);
     }
     ptx::cp_async_wait<0>();
+    if (kTimed && tid == 128) {
+      timeline[kTlOutputLoads] = wait_loads;
+      timeline[kTlOutputP] = wait_p;
+    }
 
     // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles.
     ptx::named_barrier_sync(kBarEpilogue, kThreads);  // (a) 1/l written; every warpgroup is done with the tiles
@@ -409,6 +510,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     *reinterpret_cast<uint4*>(p.out + t * p.out_token_stride + (h0 + r % kHeadGroup) * p.out_head_stride + c * 8) =
         *reinterpret_cast<const uint4*>(staged + r * kStagedStride + c * 8);
   }
+  if (kTimed && tid == 0) timeline[kTlExit] = global_ns();
 }
 
 }  // namespace
@@ -421,11 +523,13 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= 64 || !configured[device]) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_shared_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_shared_rows_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_shared_rows_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     if (device < 64) configured[device] = true;
   }
   const int64_t ctas = (int64_t)(p.num_tokens + kTokens - 1) / kTokens * (p.num_heads / kHeadGroup);
-  sparse_mla_shared_rows_kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream>>>(p);
+  auto* kernel = p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true> : sparse_mla_shared_rows_kernel<false>;
+  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -128,10 +128,21 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.num_tokens = num_tokens;
   plan.num_heads = num_heads;
   plan.topk = topk;
-  // Shared rows: only when asked for. It is experimental: faster from T ~ 512 on (docs/perf.md
-  // runs 45-47) but its hand-over between warpgroups is not yet sanitizer-clean (racecheck,
-  // synccheck), so the planner does not pick it.
-  if (choice.kernel == PlanChoice::Kernel::shared_rows) {
+  PlanChoice::Kernel choice_kernel = choice.kernel;
+  // Shared rows (4 tokens per CTA, 16 heads; shared_rows_kernel.cu) when forced, or by the
+  // planner for 16 heads when its CTAs fill whole waves: each CTA runs for its 4 tokens' whole
+  // index lists (~250 us at topk 2048), so a partial last wave costs a full CTA time. Measured
+  // on the H100 (docs/perf.md run 51): random T=512 / 1024 at 1.01 / 1.02x the gather floor
+  // (split-K 1.09x), prefill T=4096 / 8192 -8 % / -21 % vs split-K; T=256 (64 CTAs) +75 %.
+  const int64_t shared_rows_ctas = ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup);
+  const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
+  const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
+  const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
+                                         choice.splits == 0 && num_tokens > 0 && num_heads == kHeadGroup && topk <= SparseMlaPlan::kMaxChunk &&
+                                         shared_rows_fills_waves &&
+                                         detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
+  if (planner_picks_shared_rows) choice_kernel = PlanChoice::Kernel::shared_rows;
+  if (choice_kernel == PlanChoice::Kernel::shared_rows) {
     if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
     if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
@@ -139,7 +150,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.block_keys = detail::kSharedRowsTileEntries;
     plan.splits = 1;
     plan.chunk = topk;
-    plan.ctas = static_cast<int>(ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup));
+    plan.ctas = static_cast<int>(shared_rows_ctas);
     plan.workspace_bytes = 0;
     return plan;
   }
@@ -201,7 +212,14 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
       dev = cache[device];
     }
   }
-  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev);
+  // The shared-rows kernel's limits that depend on the cache, not the shape: outside them the
+  // planner keeps split-K.
+  const ResolvedStrides st = resolve(problem);
+  PlanChoice choice;
+  if (static_cast<int64_t>(problem.num_pages) * problem.page_size >= detail::kSharedRowsMaxRows ||
+      st.ckv >= detail::kSharedRowsMaxRowStride || st.kpe >= detail::kSharedRowsMaxRowStride)
+    choice.kernel = PlanChoice::Kernel::split_k;
+  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice);
 }
 
 namespace detail {
@@ -216,9 +234,14 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
       fail("plan", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     if (static_cast<int64_t>(problem.num_pages) * problem.page_size >= detail::kSharedRowsMaxRows)
       fail("plan", "shared_rows needs num_pages * page_size < 2^30; use the split_k kernel");
-    if (stage != kStageFull || timeline != nullptr) fail("plan", "stage variants and the timeline exist for split_k only");
+    const ResolvedStrides st = resolve(problem);
+    if (st.ckv >= detail::kSharedRowsMaxRowStride || st.kpe >= detail::kSharedRowsMaxRowStride)
+      fail("plan", "shared_rows needs ckv and kpe row strides < 2^31 elements; use the split_k kernel");
+    if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
     if (problem.num_tokens == 0) return;
-    launch_sparse_mla_shared_rows(make_params(problem), stream);
+    detail::SparseMlaParams k = make_params(problem);
+    k.timeline = timeline;
+    launch_sparse_mla_shared_rows(k, stream);
     return;
   }
   if ((plan.block_keys != 16 && plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||

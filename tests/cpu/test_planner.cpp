@@ -52,9 +52,26 @@ TEST(Planner, LargeBatchesUseOneSplitAndNoWorkspace) {
   EXPECT_EQ(p.workspace_bytes, 0u);
 }
 
-TEST(Planner, SharedRowsOnlyWhenForced) {
-  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);  // experimental
-  EXPECT_EQ(plan_sparse_mla(64, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);
+TEST(Planner, SharedRowsFor16HeadsInWholeWaves) {
+  // 128, 256, 1024 CTAs of 4 tokens on 132 SMs: >= 90 % of whole waves.
+  for (int T : {512, 1024, 4096, 8192}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::shared_rows) << T;
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).ctas, 1024);
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, 0u);
+  // 64 CTAs (half a wave), 150 of 264 slots, 1 token, other head counts, topk > 2048: split-K.
+  for (int T : {1, 64, 256, 600}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
+  for (int H : {32, 64, 128}) EXPECT_EQ(plan_sparse_mla(4096, H, 2048, kH100).kernel, SparseMlaKernel::split_k) << H;
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2049, kH100).kernel, SparseMlaKernel::split_k);
+  EXPECT_EQ(plan_sparse_mla(0, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);
+  // A forced tile size or split count keeps split-K.
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, PlanChoice{32, 0}).kernel, SparseMlaKernel::split_k);
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, PlanChoice{0, 1}).kernel, SparseMlaKernel::split_k);
+  // A device with too little shared memory per block keeps split-K.
+  DeviceInfo small_smem = kH100;
+  small_smem.max_smem_per_block = 166 * 1024;
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, small_smem).kernel, SparseMlaKernel::split_k);
+}
+
+TEST(Planner, SharedRowsWhenForced) {
   PlanChoice forced;
   forced.kernel = PlanChoice::Kernel::shared_rows;
   EXPECT_EQ(plan_sparse_mla(4096, 64, 2048, kH100, forced).ctas, 1024 * 4);

@@ -74,6 +74,25 @@ TEST(Validate, SharedRowsRefusesCachesOf2To30Rows) {
   EXPECT_NO_THROW(validate(p));
 }
 
+TEST(Validate, SharedRowsRefusesRowStridesOf2To31) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  const SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, forced);
+  for (int which = 0; which < 2; ++which) {
+    SparseMlaProblem q = p;
+    (which == 0 ? q.ckv_row_stride : q.kpe_row_stride) = int64_t{1} << 31;
+    try {
+      sparse_mla_forward(q, plan, nullptr, 0, nullptr);
+      ADD_FAILURE() << "no error for a row stride of 2^31 (" << which << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("2^31"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("split_k"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Validate, NamesTheBadArgument) {
   Buffers b;
   const auto mut = [&](auto f, const std::string& name) {

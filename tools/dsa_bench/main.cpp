@@ -190,6 +190,16 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::vector<double> entries;
   for (int b = 0; b < plan.ctas; ++b)
     if (h[size_t(b) * detail::kTimelinePoints] >= 0) entries.push_back(double(h[size_t(b) * detail::kTimelinePoints] - first));
+  if (plan.kernel == SparseMlaKernel::shared_rows) {  // points 2-5 are sums of waits (shared_rows_kernel.cu)
+    std::snprintf(buf, sizeof buf,
+                  "SM %.2f GHz; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); waits summed over the loop: "
+                  "scores for tiles %.2f, scores for a P buffer %.2f, output for its gathers %.2f, output for P %.2f; "
+                  "first entry to last exit %.2f us",
+                  clk, median(phase[1]) / clk * 1e-3, median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
+                  median(phase[2]) / clk * 1e-3, median(phase[3]) / clk * 1e-3, median(phase[4]) / clk * 1e-3,
+                  median(phase[5]) / clk * 1e-3, (last - first) * 1e-3);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf,
                 "SM %.2f GHz; CTA entry spread median %.2f max %.2f us; per-CTA median us since entry: Q issued %.2f, "
                 "compacted %.2f, Q in regs %.2f, tile 0 landed %.2f, loop done %.2f (max %.2f), stored %.2f (max %.2f); "
@@ -312,8 +322,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
   timer.set_after_flush(nullptr, 0);
-  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k;  // stages and timeline exist for it only
-  if (o.timeline && split_k) res.timeline = run_timeline(p, res.plan, ws, timer);
+  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k;  // stage variants exist for it only
+  if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
   if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
     constexpr int kCalls = 16;
     double best = 1e30;
