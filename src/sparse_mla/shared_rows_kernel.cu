@@ -56,6 +56,9 @@
 //               2198, same run); T = 8192 2997 (3807); random T = 512 / 1024 at 1.01 / 1.02x the
 //               gather floor. racecheck and synccheck clean. Now the scores warpgroup is the
 //               critical path (the output warpgroups wait 40 % of the loop for P).
+// Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
+// a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
+// register split and ptxas serialises the wgmmas (C7514), not measured.
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves (sparse_mla.cpp).
 #include <cmath>
 #include <cstdint>
@@ -166,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   float* s_inv_l = s_alpha + 2 * kRows;                                                  // [kRows]
   int* s_counts = reinterpret_cast<int*>(smem + kHandoffOffset);  // heads per (item, warp), then offsets
   // Hand-overs: every thread that wrote (or read) arrives with release semantics, the waiters
-  // acquire. (One arrival per warp after __syncwarp measured the same speed, run 50, but
+  // acquire. (One arrival per warp after __syncwarp measured the same speed, run 51, but
   // racecheck does not follow the ordering through __syncwarp.)
   __shared__ uint64_t tile_full[kStages];  // the tile's rows landed: 256 output threads arrive
   __shared__ uint64_t p_full[2];           // P and alpha of tile j written (j % 2): 128 scores threads
@@ -385,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     // Warpgroup og gathers the columns only it and the scores read: ckv chunks [32 og, 32 og + 32)
     // (its V) and kpe chunks [4 og, 4 og + 4), warp gw rows gw, gw + 4, ... Refilling a stage then
     // waits on nothing from the other output warpgroup. The gather is the output warpgroups'
-    // busiest code (ncu, run 50: 43 % of stall samples with 64-bit address math per row), so
+    // busiest code (ncu, run 53: 43 % of stall samples with 64-bit address math per row), so
     // everything that depends on the lane only is computed once: row r = gw + 4 i has
     // r % 8 = gw + 4 (i % 2), so two swizzled destinations per chunk serve every row, and a
     // row's source is one 32 x 32 -> 64-bit multiply-add (strides < 2^32, checked on the host).

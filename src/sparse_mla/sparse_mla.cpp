@@ -132,7 +132,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Shared rows (4 tokens per CTA, 16 heads; shared_rows_kernel.cu) when forced, or by the
   // planner for 16 heads when its CTAs fill whole waves: each CTA runs for its 4 tokens' whole
   // index lists (~250 us at topk 2048), so a partial last wave costs a full CTA time. Measured
-  // on the H100 (docs/perf.md run 51): random T=512 / 1024 at 1.01 / 1.02x the gather floor
+  // on the H100 (docs/perf.md run 54): random T=512 / 1024 at 1.01 / 1.02x the gather floor
   // (split-K 1.09x), prefill T=4096 / 8192 -8 % / -21 % vs split-K; T=256 (64 CTAs) +75 %.
   const int64_t shared_rows_ctas = ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
