@@ -86,14 +86,20 @@ __device__ __forceinline__ void wait_prerequisites() {
 }
 
 // Named barrier `id` over `count` threads: wait until all have arrived (this thread included).
-// The non-.aligned form: warp-specialised kernels reach one barrier from different code.
 __device__ __forceinline__ void named_barrier_sync(int id, int count) {
-  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // Named barrier `id` over `count` threads: count this thread's warp as arrived, do not wait.
 __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
-  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// named_barrier_sync in the non-.aligned form, for a barrier that warps reach from different
+// code (synccheck reports the .aligned one there). Slower in a hot loop: the dense kernel's
+// ping-pong lost 7-10 % with it (run 56).
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int count) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // Blocks until the mbarrier at `bar` has completed the phase with parity `parity` (acquire).

@@ -378,8 +378,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
           p.lse[my_token * p.lse_token_stride + h0 + lane / 4 + 8 * r] = any ? m_run[r] + log2f(l) : -INFINITY;
       }
     }
-    ptx::named_barrier_sync(kBarEpilogue, kThreads);  // (a) 1/l written
-    ptx::named_barrier_sync(kBarEpilogue, kThreads);  // (b) the output tile staged
+    ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written
+    ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (b) the output tile staged
   } else {
     // ---- output warpgroups: gather the tiles, O += P V ------------------------------------------
     ptx::setmaxnreg_inc<kOutputRegs>();
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     }
 
     // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles.
-    ptx::named_barrier_sync(kBarEpilogue, kThreads);  // (a) 1/l written; every warpgroup is done with the tiles
+    ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written; every warpgroup is done with the tiles
     const float inv0 = s_inv_l[row0], inv1 = s_inv_l[row0 + 8];
     uint16_t* staged = reinterpret_cast<uint16_t*>(smem + kTilesOffset);
     const int col0 = 2 * (lane % 4);
@@ -501,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       *reinterpret_cast<uint32_t*>(staged + (row0 + 8) * kStagedStride + og * kDimsPerGroup + 8 * n + col0) =
           ptx::pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
     }
-    ptx::named_barrier_sync(kBarEpilogue, kThreads);  // (b)
+    ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (b)
   }
 
   // Every thread writes whole rows.
