@@ -72,9 +72,10 @@ enum class SparseMlaKernel {
   split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel
   shared_rows,  // one CTA per (4 consecutive tokens, 16 heads) on wgmma with M = 64; a row
                 // several of them list is gathered and read once for all four (prefill, where
-                // the tokens of a sequence share rows). The planner picks it for 16 heads when
-                // its CTAs fill >= 90 % of whole waves (T = 512, 1024, 4096 on an H100); topk
-                // <= 2048, num_pages * page_size < 2^30, cache row strides < 2^31 elements
+                // the tokens of a sequence share rows). The planner picks it for 16 heads at
+                // T >= 2048 when its CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on
+                // an H100); topk <= 2048, num_pages * page_size < 2^30, cache row strides
+                // < 2^31 elements
 };
 
 // The kernel configuration for one problem shape on one device.

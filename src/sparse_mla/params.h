@@ -55,6 +55,8 @@ inline constexpr int kSharedRowsTokens = 4;
 inline constexpr int kSharedRowsTileEntries = 32;
 // Row indices the shared-rows kernel accepts: num_rows < 2^30 (its sort key is row << 2 | token).
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 30;
+// The planner's smallest T for it (prefill sizes; sparse_mla.cpp says why).
+inline constexpr int kSharedRowsMinTokens = 2048;
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 

@@ -59,7 +59,9 @@
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured.
-// The planner picks this kernel for 16 heads when its CTAs fill whole waves (sparse_mla.cpp).
+// The planner picks this kernel for 16 heads at T >= 2048 when its CTAs fill whole waves
+// (sparse_mla.cpp): tokens that share no rows (decode batches) pay the sort and 4x masked MMA
+// work, e.g. T = 1024 of contiguous runs 633 vs split-K 484 us (run 57).
 #include <cmath>
 #include <cstdint>
 

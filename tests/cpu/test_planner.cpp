@@ -52,13 +52,14 @@ TEST(Planner, LargeBatchesUseOneSplitAndNoWorkspace) {
   EXPECT_EQ(p.workspace_bytes, 0u);
 }
 
-TEST(Planner, SharedRowsFor16HeadsInWholeWaves) {
-  // 128, 256, 1024 CTAs of 4 tokens on 132 SMs: >= 90 % of whole waves.
-  for (int T : {512, 1024, 4096, 8192}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::shared_rows) << T;
+TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
+  // 512, 1024, 2048 CTAs of 4 tokens on 132 SMs: >= 90 % of whole waves.
+  for (int T : {2048, 4096, 8192}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).ctas, 1024);
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, 0u);
-  // 64 CTAs (half a wave), 150 of 264 slots, 1 token, other head counts, topk > 2048: split-K.
-  for (int T : {1, 64, 256, 600}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
+  // Decode sizes (T < 2048, even where the waves would be full: 512, 1024), 2200 tokens (550
+  // CTAs = 4.2 waves, 83 %), other head counts, topk > 2048: split-K.
+  for (int T : {1, 64, 256, 512, 1024, 2047, 2200}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
   for (int H : {32, 64, 128}) EXPECT_EQ(plan_sparse_mla(4096, H, 2048, kH100).kernel, SparseMlaKernel::split_k) << H;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2049, kH100).kernel, SparseMlaKernel::split_k);
   EXPECT_EQ(plan_sparse_mla(0, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);
