@@ -29,7 +29,8 @@
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
 // that is ~2.4x the useful MMA work, traded for 0.6x the L2 traffic and shared-memory reads
 // served to four tokens at once.
-// Limits (the planner's): topk <= 2048, num_rows < 2^30 (the key packs the row and the token).
+// Limits (the planner's): topk <= 2048, num_rows < 2^30 (the key packs the row and the token),
+// cache row strides < 2^31 elements (a row's byte offset is one 32 x 32 -> 64-bit multiply).
 //
 // History (H100, dsa-bench, CUPTI kernel span, L2 flushed; docs/perf.md has the tables).
 // T = 4096 prefill (8192-row prefix), split-K in the same run in brackets.
@@ -48,7 +49,7 @@
 //               Not sanitizer-clean: racecheck did not follow the named-barrier arrive -> sync
 //               hand-over, synccheck flagged bar.sync (.aligned) reached from two branches, and a
 //               refilled stage could still be read by the other output warpgroup's P V.
-//   v4          mbarriers (per-thread arrivals; one per warp after __syncwarp was as fast but
+//   v4 9f8eeac  mbarriers (per-thread arrivals; one per warp after __syncwarp was as fast but
 //               racecheck does not follow it), 4 stages, each output warpgroup gathering its own
 //               columns: 2332 (split-K 2155), slower. ncu: the gathers' address math was 43 % of
 //               the stall samples. Rows broadcast by shuffles, lane-constant addresses hoisted,
