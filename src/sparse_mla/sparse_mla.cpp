@@ -43,6 +43,17 @@ ResolvedStrides resolve(const SparseMlaProblem& p) {
           or_default(p.out_head_stride, kCkvDim),         or_default(p.lse_token_stride, H)};
 }
 
+// Why the shared-rows kernel cannot take this problem's cache, or "" when it can: its limits
+// that depend on the cache, not the shape (the planner and the forward both ask).
+std::string shared_rows_cache_limit(const SparseMlaProblem& p) {
+  if (static_cast<int64_t>(p.num_pages) * p.page_size >= detail::kSharedRowsMaxRows)
+    return "shared_rows needs num_pages * page_size < 2^30; use the split_k kernel";
+  const ResolvedStrides s = resolve(p);
+  if (s.ckv >= detail::kSharedRowsMaxRowStride || s.kpe >= detail::kSharedRowsMaxRowStride)
+    return "shared_rows needs ckv and kpe row strides < 2^31 elements; use the split_k kernel";
+  return {};
+}
+
 void validate_index_shape(int num_tokens, int topk) {
   if (num_tokens < 0) fail("num_tokens", "must be >= 0, got " + std::to_string(num_tokens));
   if (topk < 1) fail("topk", "must be >= 1, got " + std::to_string(topk));
@@ -195,7 +206,6 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (detail::splitk_smem_bytes(plan.block_keys, plan.chunk) > dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
-
   return plan;
 }
 
@@ -216,13 +226,9 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
       dev = cache[device];
     }
   }
-  // The shared-rows kernel's limits that depend on the cache, not the shape: outside them the
-  // planner keeps split-K.
-  const ResolvedStrides st = resolve(problem);
+  // Outside the shared-rows kernel's cache limits the planner keeps split-K.
   PlanChoice choice;
-  if (static_cast<int64_t>(problem.num_pages) * problem.page_size >= detail::kSharedRowsMaxRows ||
-      st.ckv >= detail::kSharedRowsMaxRowStride || st.kpe >= detail::kSharedRowsMaxRowStride)
-    choice.kernel = PlanChoice::Kernel::split_k;
+  if (!shared_rows_cache_limit(problem).empty()) choice.kernel = PlanChoice::Kernel::split_k;
   return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice);
 }
 
@@ -236,11 +242,8 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   if (plan.kernel == SparseMlaKernel::shared_rows) {
     if (plan.topk > SparseMlaPlan::kMaxChunk)
       fail("plan", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
-    if (static_cast<int64_t>(problem.num_pages) * problem.page_size >= detail::kSharedRowsMaxRows)
-      fail("plan", "shared_rows needs num_pages * page_size < 2^30; use the split_k kernel");
-    const ResolvedStrides st = resolve(problem);
-    if (st.ckv >= detail::kSharedRowsMaxRowStride || st.kpe >= detail::kSharedRowsMaxRowStride)
-      fail("plan", "shared_rows needs ckv and kpe row strides < 2^31 elements; use the split_k kernel");
+    const std::string cache_limit = shared_rows_cache_limit(problem);
+    if (!cache_limit.empty()) fail("plan", cache_limit);
     if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
     if (problem.num_tokens == 0) return;
     detail::SparseMlaParams k = make_params(problem);
