@@ -74,7 +74,7 @@ enum class SparseMlaKernel {
                 // several of them list is gathered and read once for all four (prefill, where
                 // the tokens of a sequence share rows). The planner picks it for 16 heads at
                 // T >= 2048 when its CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on
-                // an H100); topk <= 2048, num_pages * page_size < 2^30, cache row strides
+                // an H100); topk <= 2048, num_pages * page_size < 2^28, cache row strides
                 // < 2^31 elements
 };
 

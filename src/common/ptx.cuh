@@ -119,6 +119,13 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+// Nanoseconds of the GPU's global timer (the same clock on every SM; for --timeline records).
+__device__ __forceinline__ long long globaltimer_ns() {
+  long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
 // 2^x with the hardware approximation (the kernels work in base 2 throughout).
 __device__ __forceinline__ float exp2_approx(float x) {
   float y;

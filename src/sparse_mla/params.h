@@ -53,8 +53,9 @@ inline constexpr int kPlannerBlockKeys = 32;
 inline constexpr int kSharedRowsTokens = 4;
 // Union entries per tile of the shared-rows kernel (its wgmma N for the scores; plan.block_keys).
 inline constexpr int kSharedRowsTileEntries = 32;
-// Row indices the shared-rows kernel accepts: num_rows < 2^30 (its sort key is row << 2 | token).
-inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 30;
+// Row indices the shared-rows kernel accepts: num_rows < 2^28 (its entry word is row << 4 | the
+// 4 tokens' bits; 2^28 rows of 1152 B are 309 GB, more than a GPU holds).
+inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 // The planner's smallest T for it (prefill sizes; sparse_mla.cpp says why).
 inline constexpr int kSharedRowsMinTokens = 2048;
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.

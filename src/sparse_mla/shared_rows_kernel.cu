@@ -5,10 +5,12 @@
 // The split-K kernel gathers every (token, row) pair through L2 on its own and is bound by L2 in
 // prefill (docs/perf.md: its load stage alone takes ~1990 us at T = 4096). Here a row that several
 // of the CTA's tokens picked crosses L2 once and is read from shared memory once for all four:
-//   1. The 4 x topk indices become keys (row << 2 | token), sorted by cub::BlockRadixSort. Each
-//      distinct row is one "union entry" (the position of its first key), in row order, so the
-//      result is deterministic; a token that lists a row k times has k keys, and the row's
-//      weight in that token's softmax is k.
+//   1. The 4 x topk indices become keys (row << 4 | token), sorted by cub::BlockRadixSort. Each
+//      distinct row is one "union entry", in row order, so the result is deterministic. Without
+//      repeated (row, token) keys, the usual case, entry e becomes the word row << 4 | the bits
+//      of the tokens that list it, written over the keys. A token that lists a row k times has
+//      k keys and weight k in its softmax: then (per CTA) the entries stay positions of their
+//      first key and the scores warpgroup counts keys per tile.
 //   2. Three warpgroups split the work (FlashAttention-3's warp specialisation):
 //      - the scores warpgroup keeps Q[:, 0:384] of the 64 rows in registers (96 registers; the
 //        other 192 dims stay in shared memory) and for each tile of 32 entries computes
@@ -29,7 +31,7 @@
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
 // that is ~2.4x the useful MMA work, traded for 0.6x the L2 traffic and shared-memory reads
 // served to four tokens at once.
-// Limits (the planner's): topk <= 2048, num_rows < 2^30 (the key packs the row and the token),
+// Limits (the planner's): topk <= 2048, num_rows < 2^28 (the entry word packs the row and the tokens),
 // cache row strides < 2^31 elements (a row's byte offset is one 32 x 32 -> 64-bit multiply).
 //
 // History (H100, dsa-bench, CUPTI kernel span, L2 flushed; docs/perf.md has the tables).
@@ -57,14 +59,23 @@
 //               2198, same run); T = 8192 2997 (3807); random T = 512 / 1024 at 1.01 / 1.02x the
 //               gather floor. racecheck and synccheck clean. Now the scores warpgroup is the
 //               critical path (the output warpgroups wait 40 % of the loop for P).
+//   v5          entry words (row, token bits) built once in the setup: the scores warpgroup reads
+//               its weights with 4 loads per tile instead of a per-lane count loop over the keys
+//               and 8 shuffles; the loop is instantiated for words and for counts, so a CTA runs
+//               only one version (one loop with both paths was 2-3 % slower than v4, runs 60-61):
+//               1982-1993 (v4 2035-2050, same run 63), T = 8192 2946 (3021), T = 2048 1064 (1086);
+//               random and runs T = 1024 unchanged. Output warpgroups now wait 31 % of the loop
+//               for P (v4 41 %); the setup costs ~5 us more per CTA.
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
-// register split and ptxas serialises the wgmmas (C7514), not measured.
+// register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
+// sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
 // The planner picks this kernel for 16 heads at T >= 2048 when its CTAs fill whole waves
 // (sparse_mla.cpp): tokens that share no rows (decode batches) pay the sort and 4x masked MMA
 // work, e.g. T = 1024 of contiguous runs 633 vs split-K 484 us (run 57).
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 #include <cub/block/block_radix_sort.cuh>
@@ -72,7 +83,7 @@
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
-#include "common/warp_scan.cuh"
+#include "common/block_compact.cuh"
 #include "common/wgmma.cuh"
 #include "sparse_mla/params.h"
 
@@ -89,11 +100,9 @@ constexpr int kChunksPerRow = kQkDim * 2 / 16;               // 72 x 16 B
 constexpr int kCkvChunks = kCkvDim * 2 / 16;                 // 64
 constexpr int kBlocks = kQkDim / 64;                         // 9 swizzled column blocks of 64 dims
 constexpr int kTileEntries = kSharedRowsTileEntries;         // union entries per tile = S's N
-#ifndef DSA_SHARED_ROWS_STAGES
-#define DSA_SHARED_ROWS_STAGES 4
-#endif
-constexpr int kStages = DSA_SHARED_ROWS_STAGES;              // tiles in flight (3 ahead of P V)
-static_assert(kStages >= 4, "the output warpgroups announce tiles two ahead of the P V they run");
+// Tiles in flight: P V of tile j, scores of j + 1 and j + 2 announced, j + 3 loading. Fewer
+// break the two-ahead announcement; a fifth stage does not fit in shared memory.
+constexpr int kStages = 4;
 constexpr int kRegKSteps = 24;                               // Q dims 0-383 in registers
 constexpr int kSmemKSteps = kQkDim / 16 - kRegKSteps;        // Q dims 384-575 from shared memory
 constexpr int kRegChunks = kRegKSteps * 2;                   // 48 16-byte chunks of a Q row
@@ -143,21 +152,16 @@ __device__ __forceinline__ uint32_t p_offset(int r, int c) {
 enum SharedRowsTimeline {
   kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
   kTlSetup = 1,        // cycles since entry: keys sorted, union compacted, Q landed
-  kTlScoresTile = 2,   // scores warp 0, cycles summed: waiting for tiles to land
-  kTlScoresPEmpty = 3, //   waiting for a P buffer to be read
-  kTlOutputLoads = 4,  // output warp 4, cycles summed: waiting for its own gathers
-  kTlOutputP = 5,      //   waiting for P
+  kTlScoresTile = 2,   // not recorded (the scores waiting for tiles: 4-5 % of the loop, runs 59-61)
+  kTlScoresPEmpty = 3, // not recorded (waiting for a P buffer to be read: 2.7 % of the loop, run 59)
+  kTlOutputLoads = 4,  // not recorded (waiting for its own gathers: 0.3 % of the loop, run 59)
+  kTlOutputP = 5,      // output warp 4, cycles summed: waiting for P
   kTlLoopDone = 6,     // cycles since entry: the scores warpgroup's last P handed over
   kTlExit = 7,         // %globaltimer at exit (ns)
 };
 
-__device__ __forceinline__ long long global_ns() {
-  long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// kTimed builds the diagnostic variant that fills p.timeline (its clocks cost registers).
+// kTimed builds the diagnostic variant that fills p.timeline. Its clocks cost registers, so it
+// records only the waits that matter (more spilled, since the entry words).
 template <bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p) {
   extern __shared__ uint8_t smem_raw[];
@@ -166,11 +170,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   uint8_t* smem = smem_raw + (base - raw);
   const uint32_t sTiles = base + kTilesOffset, sQSmem = base + kQSmemOffset;
   uint32_t* s_keys = reinterpret_cast<uint32_t*>(smem + kKeysOffset);
+  uint32_t* s_words = s_keys;  // without repeated keys: entry words (row << 4 | tokens), over the keys
   uint16_t* s_entry = reinterpret_cast<uint16_t*>(smem + kEntriesOffset);
-  const uint32_t sP = base + kHandoffOffset;                                             // [2][kRows x 64 B]
-  float* s_alpha = reinterpret_cast<float*>(smem + kHandoffOffset + 2 * kPBytes);       // [2][kRows]
+  uint8_t* s_p = smem + kHandoffOffset;                                                  // [2][kRows x 64 B]
+  float* s_alpha = reinterpret_cast<float*>(s_p + 2 * kPBytes);                          // [2][kRows]
   float* s_inv_l = s_alpha + 2 * kRows;                                                  // [kRows]
-  int* s_counts = reinterpret_cast<int*>(smem + kHandoffOffset);  // heads per (item, warp), then offsets
+  int* s_counts = reinterpret_cast<int*>(s_p);  // heads per (item, warp), then offsets
   // Hand-overs: every thread that wrote (or read) arrives with release semantics, the waiters
   // acquire. (One arrival per warp after __syncwarp measured the same speed, run 51, but
   // racecheck does not follow the ordering through __syncwarp.)
@@ -179,6 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t p_empty[2];          // P and alpha of tile j read: 256 output threads
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ int s_num_keys;
+  __shared__ int s_repeats;                // some token lists some row twice
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -186,10 +192,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int head_groups = p.num_heads / kHeadGroup;
   const int h0 = (blockIdx.x % head_groups) * kHeadGroup;
   const int t0 = (blockIdx.x / head_groups) * kTokens;
-  const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << 2;  // above every valid key
+  const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << 4;  // above every valid key
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
-  if (kTimed && tid == 0) timeline[kTlEntry] = global_ns();
+  if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) cuda::ptx::mbarrier_init(&tile_full[s], kOutGroups * 128);
@@ -224,10 +230,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     const int g = q / p.topk, pos = q - g * p.topk;
     int row = -1;
     if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
-    keys[j] = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows) ? (static_cast<uint32_t>(row) << 2) | g
+    keys[j] = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows) ? (static_cast<uint32_t>(row) << 4) | g
                                                                               : invalid_key;
   }
-  if (tid == 0) s_num_keys = 0;
+  if (tid == 0) s_num_keys = 0, s_repeats = 0;
   const int end_bit = 32 - __clz(invalid_key);
   KeySort(*reinterpret_cast<typename KeySort::TempStorage*>(smem + kTilesOffset + kSortOffset)).SortBlockedToStriped(keys, 0, end_bit);
 #pragma unroll
@@ -235,27 +241,42 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (j * kThreads + tid < kMaxKeys) s_keys[j * kThreads + tid] = keys[j];
   __syncthreads();  // sorted keys visible; the sort's scratch is free
 
-  // Union entries: the first key of each row, compacted in key order.
-  unsigned head_ballot[kKeysPerThread];
+  // Union entries: the first key of each row, compacted in key order. Unless a token lists a row
+  // twice (then weights are counts, found per tile from the keys: the general path), each entry
+  // also becomes one word, row << 4 | the tokens that list it, written over the keys: the
+  // scores warpgroup then reads its weights with one load per tile, and the gathers their rows.
+  bool head[kKeysPerThread];
+  uint32_t tokens_of[(kKeysPerThread + 7) / 8] = {};  // 4 bits per key (registers are short here)
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int i = j * kThreads + tid;
     const bool valid = i < kMaxKeys && keys[j] < invalid_key;
-    const bool head = valid && (i == 0 || (s_keys[i - 1] >> 2) != (keys[j] >> 2));
+    const uint32_t row = keys[j] >> 4;
+    head[j] = valid && (i == 0 || (s_keys[i - 1] >> 4) != row);
+    if (valid && i > 0 && s_keys[i - 1] == keys[j]) s_repeats = 1;
     if (valid && (i + 1 == kMaxKeys || s_keys[i + 1] >= invalid_key)) s_num_keys = i + 1;
-    head_ballot[j] = __ballot_sync(0xffffffffu, head);
-    if (lane == 0) s_counts[j * kWarps + warp] = __popc(head_ballot[j]);
-  }
-  __syncthreads();
-  if (warp == 0) warp_exclusive_scan<kKeysPerThread * kWarps>(s_counts, lane);
-  __syncthreads();
-  const unsigned lanes_below = (1u << lane) - 1u;
+    // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
+    // end reads the last key, which is of this row or above it): branches here serialised them.
+    uint32_t tokens = 1u << (keys[j] & 3u);
 #pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j)
-    if ((head_ballot[j] >> lane) & 1u)
-      s_entry[s_counts[j * kWarps + warp] + __popc(head_ballot[j] & lanes_below)] = j * kThreads + tid;
-  const int num_entries = s_counts[kKeysPerThread * kWarps];
+    for (int d = 1; d < kTokens; ++d) {
+      const uint32_t next = s_keys[min(i + d, kMaxKeys - 1)];
+      tokens |= (next >> 4) == row ? 1u << (next & 3u) : 0u;
+    }
+    tokens_of[j / 8] |= tokens << (4 * (j % 8));
+  }
+  const int num_entries = block_compact<kKeysPerThread, kThreads>(head, s_counts, [&](int rank, int j) {
+    if (s_repeats) {
+      s_entry[rank] = static_cast<uint16_t>(j * kThreads + tid);
+    } else {  // every key was read before block_compact's barriers
+      s_words[rank] = (keys[j] & ~15u) | ((tokens_of[j / 8] >> (4 * (j % 8))) & 15u);
+      s_entry[rank] = static_cast<uint16_t>(rank);
+    }
+  });
+  const bool words = !s_repeats;  // uniform over the CTA
   if (tid == 0) s_entry[num_entries] = s_num_keys;
+  if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
+    s_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
   ptx::cp_async_wait<0>();
   wgmma::fence_proxy_async_smem();  // Q's shared-memory blocks are read by wgmma
   __syncthreads();  // entries, Q and the mbarriers visible; the counts' space becomes P
@@ -276,94 +297,111 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     const float scale = p.scale_log2;
     const int col0 = 2 * (lane % 4);  // this lane's first column in each n8 tile of S
     const int row0 = token_of_warp * 16 + lane / 4;
-    long long wait_tile = 0, wait_p_empty = 0;
-    for (int j = 0; j < num_tiles; ++j) {
-      long long t_wait = kTimed ? clock64() : 0;
-      ptx::mbarrier_wait(&tile_full[j % kStages], (j / kStages) & 1);
-      if (kTimed) wait_tile += clock64() - t_wait;
-      const uint32_t tile = sTiles + (j % kStages) * kTileBytes;
+    // The tile loop, built once for entry words and once for counts (one loop holding both
+    // paths measured 2-3 % slower, runs 60-61): a CTA runs one of them.
+    auto scores_loop = [&](auto words_tag) {
+      constexpr bool kWords = decltype(words_tag)::value;
+      for (int j = 0; j < num_tiles; ++j) {
+        ptx::mbarrier_wait(&tile_full[j % kStages], (j / kStages) & 1);
+        const uint32_t tile = sTiles + (j % kStages) * kTileBytes;
 
-      // This warp's token's weight for each entry of the tile: lane l counts entry l's keys.
-      int count = 0;
-      const int e = j * kTileEntries + lane;
-      if (e < num_entries) {
-        const int end = s_entry[e + 1];
-        for (int k = s_entry[e]; k < end; ++k) count += (s_keys[k] & 3u) == static_cast<unsigned>(token_of_warp);
-      }
+        // This warp's token's weight for each of the lane's 8 columns of S (per n8 tile x 2): 0 or 1
+        // from the entry words, else lane l counts entry l's keys and the shuffles below share them.
+        // (Packed into one register, bit 2 n + c, while S runs: registers are short.)
+        uint32_t listed = 0;
+        int count = 0;
+        if constexpr (kWords) {
+#pragma unroll
+          for (int n = 0; n < kSAcc / 4; ++n) {
+            const uint2 w = *reinterpret_cast<const uint2*>(s_words + j * kTileEntries + 8 * n + col0);
+            listed |= ((w.x >> token_of_warp) & 1u) << (2 * n) | ((w.y >> token_of_warp) & 1u) << (2 * n + 1);
+          }
+        } else {
+          const int e = j * kTileEntries + lane;
+          if (e < num_entries) {
+            const int end = s_entry[e + 1];
+            for (int k = s_entry[e]; k < end; ++k) count += (s_keys[k] & 3u) == static_cast<unsigned>(token_of_warp);
+          }
+        }
 
-      // S = Q K^T: 24 k-steps with Q from registers, 12 with Q from shared memory.
-      float s[kSAcc];
-      wgmma::fence();
+        // S = Q K^T: 24 k-steps with Q from registers, 12 with Q from shared memory.
+        float s[kSAcc];
+        wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < kRegKSteps; ++kk)
-        wgmma::mma_rs_bf16_n32(s, q[kk], wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024),
-                               kk > 0);
+        for (int kk = 0; kk < kRegKSteps; ++kk)
+          wgmma::mma_rs_bf16_n32(s, q[kk], wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024),
+                                 kk > 0);
 #pragma unroll
-      for (int kk = kRegKSteps; kk < kRegKSteps + kSmemKSteps; ++kk)
-        wgmma::mma_ss_bf16_n32(s, wgmma::desc_sw128(sQSmem + ((kk - kRegKSteps) / 4) * kRows * 128 + (kk % 4) * 32, 16, 1024),
-                               wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), 1);
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::pin(s);
+        for (int kk = kRegKSteps; kk < kRegKSteps + kSmemKSteps; ++kk)
+          wgmma::mma_ss_bf16_n32(s, wgmma::desc_sw128(sQSmem + ((kk - kRegKSteps) / 4) * kRows * 128 + (kk % 4) * 32, 16, 1024),
+                                 wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), 1);
+        wgmma::commit();
+        wgmma::wait<0>();
+        wgmma::pin(s);
 
-      // Online softmax over the tile's 32 entries; an entry this token did not list is -inf, one
-      // it listed k times has weight k.
-      float weight[kSAcc / 2];  // per column: n8 tile x 2
-#pragma unroll
-      for (int n = 0; n < kSAcc / 4; ++n)
-#pragma unroll
-        for (int c = 0; c < 2; ++c) weight[2 * n + c] = static_cast<float>(__shfl_sync(0xffffffffu, count, 8 * n + col0 + c));
-      float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
+        // Online softmax over the tile's 32 entries; an entry this token did not list is -inf, one
+        // it listed k times has weight k.
+        float weight[kSAcc / 2];
 #pragma unroll
         for (int n = 0; n < kSAcc / 4; ++n)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& v = s[4 * n + 2 * r + c];
-            v = weight[2 * n + c] > 0.f ? v * scale : -INFINITY;
-            mx = fmaxf(mx, v);
-          }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m_run[r], mx);
-        const float m_ref = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet stays at 0
-        alpha[r] = ptx::exp2_approx(m_run[r] - m_ref);
-        m_run[r] = m_new;
-        float sum = 0.f;
+          for (int c = 0; c < 2; ++c)
+            weight[2 * n + c] = kWords ? static_cast<float>((listed >> (2 * n + c)) & 1u)
+                                      : static_cast<float>(__shfl_sync(0xffffffffu, count, 8 * n + col0 + c));
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int n = 0; n < kSAcc / 4; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float& v = s[4 * n + 2 * r + c];
+              v = weight[2 * n + c] > 0.f ? v * scale : -INFINITY;
+              mx = fmaxf(mx, v);
+            }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[r], mx);
+          const float m_ref = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet stays at 0
+          alpha[r] = ptx::exp2_approx(m_run[r] - m_ref);
+          m_run[r] = m_new;
+          float sum = 0.f;
+#pragma unroll
+          for (int n = 0; n < kSAcc / 4; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float& v = s[4 * n + 2 * r + c];
+              v = weight[2 * n + c] * ptx::exp2_approx(v - m_ref);
+              sum += v;
+            }
+          l_run[r] = l_run[r] * alpha[r] + sum;
+        }
+
+        // Hand P (bf16) and alpha over; the buffer of tile j - 2 must have been read.
+        if (j >= 2) {
+          ptx::mbarrier_wait(&p_empty[j % 2], ((j - 2) / 2) & 1);
+        }
+        uint8_t* pb = s_p + (j % 2) * kPBytes;
 #pragma unroll
         for (int n = 0; n < kSAcc / 4; ++n)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            float& v = s[4 * n + 2 * r + c];
-            v = weight[2 * n + c] * ptx::exp2_approx(v - m_ref);
-            sum += v;
-          }
-        l_run[r] = l_run[r] * alpha[r] + sum;
+          for (int r = 0; r < 2; ++r)
+            *reinterpret_cast<uint32_t*>(pb + p_offset(row0 + 8 * r, 8 * n + col0)) = ptx::pack_bf16x2(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]);
+        if (lane % 4 == 0) {
+          s_alpha[(j % 2) * kRows + row0] = alpha[0];
+          s_alpha[(j % 2) * kRows + row0 + 8] = alpha[1];
+        }
+        cuda::ptx::mbarrier_arrive(&p_full[j % 2]);
       }
-
-      // Hand P (bf16) and alpha over; the buffer of tile j - 2 must have been read.
-      if (j >= 2) {
-        if (kTimed) t_wait = clock64();
-        ptx::mbarrier_wait(&p_empty[j % 2], ((j - 2) / 2) & 1);
-        if (kTimed) wait_p_empty += clock64() - t_wait;
-      }
-      uint8_t* pb = smem + kHandoffOffset + (j % 2) * kPBytes;
-#pragma unroll
-      for (int n = 0; n < kSAcc / 4; ++n)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-          *reinterpret_cast<uint32_t*>(pb + p_offset(row0 + 8 * r, 8 * n + col0)) = ptx::pack_bf16x2(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]);
-      if (lane % 4 == 0) {
-        s_alpha[(j % 2) * kRows + row0] = alpha[0];
-        s_alpha[(j % 2) * kRows + row0 + 8] = alpha[1];
-      }
-      cuda::ptx::mbarrier_arrive(&p_full[j % 2]);
-    }
+    };
+    if (words)
+      scores_loop(std::true_type{});
+    else
+      scores_loop(std::false_type{});
     if (kTimed && tid == 0) {
-      timeline[kTlScoresTile] = wait_tile;
-      timeline[kTlScoresPEmpty] = wait_p_empty;
+      timeline[kTlScoresTile] = 0;
+      timeline[kTlScoresPEmpty] = 0;
       timeline[kTlLoopDone] = clock64() - clock_entry;
     }
 
@@ -406,7 +444,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     auto load_tile = [&](int tile) {
       const uint32_t dst = sTiles + (tile % kStages) * kTileBytes;
       const int e = tile * kTileEntries + lane;  // lane l looks up entry l's row; shuffles share them
-      const int my_row = e < num_entries ? static_cast<int>(s_keys[s_entry[e]] >> 2) : -1;
+      // s_entry[e] indexes entry e's word (over the keys) or its first key: row << 4 either way.
+      const int my_row = e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> 4);
 #pragma unroll
       for (int i = 0; i < kTileEntries / 4; ++i) {
         const int row_or_none = __shfl_sync(0xffffffffu, my_row, gw + 4 * i);
@@ -426,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       wgmma::fence_proxy_async_smem();
       cuda::ptx::mbarrier_arrive(&tile_full[tile % kStages]);
     };
-    long long wait_loads = 0, wait_p = 0;
+    unsigned wait_p = 0;
     ptx::mbarrier_wait(&q_read, 0);
     // Copy groups: one per tile, tile t in stage t % kStages. Tiles 0 .. kStages - 2 go out
     // first; all but the newest are announced as soon as they land.
@@ -445,12 +484,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
     const int row0 = token_of_warp * 16 + lane / 4;
     for (int j = 0; j < num_tiles; ++j) {
-      long long t_wait = kTimed ? clock64() : 0;
+      unsigned t_wait = kTimed ? clock() : 0;
       ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1);
-      if (kTimed) wait_p += clock64() - t_wait;
+      if (kTimed) wait_p += clock() - t_wait;
       const float a0 = s_alpha[(j % 2) * kRows + row0], a1 = s_alpha[(j % 2) * kRows + row0 + 8];
       uint32_t pa[kTileEntries / 16][4];
-      const uint32_t pb = sP + (j % 2) * kPBytes;
+      const uint32_t pb = ptx::smem_addr(s_p + (j % 2) * kPBytes);
 #pragma unroll
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         ptx::ldmatrix_x4(pa[kk], pb + p_offset(token_of_warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
@@ -479,16 +518,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       // tiles two ahead of the P it hands over, and never waits for this warpgroup's P V.
       if (j + kStages - 1 < num_tiles) load_tile(j + kStages - 1);
       ptx::cp_async_commit();
-      if (kTimed) t_wait = clock64();
       ptx::cp_async_wait<1>();
-      if (kTimed) wait_loads += clock64() - t_wait;
       if (j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       wgmma::wait<0>();
       wgmma::pin(o);
     }
     ptx::cp_async_wait<0>();
     if (kTimed && tid == 128) {
-      timeline[kTlOutputLoads] = wait_loads;
+      timeline[kTlOutputLoads] = 0;
       timeline[kTlOutputP] = wait_p;
     }
 
@@ -516,7 +553,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     *reinterpret_cast<uint4*>(p.out + t * p.out_token_stride + (h0 + r % kHeadGroup) * p.out_head_stride + c * 8) =
         *reinterpret_cast<const uint4*>(staged + r * kStagedStride + c * 8);
   }
-  if (kTimed && tid == 0) timeline[kTlExit] = global_ns();
+  if (kTimed && tid == 0) timeline[kTlExit] = ptx::globaltimer_ns();
 }
 
 }  // namespace

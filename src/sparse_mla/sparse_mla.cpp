@@ -47,7 +47,7 @@ ResolvedStrides resolve(const SparseMlaProblem& p) {
 // that depend on the cache, not the shape (the planner and the forward both ask).
 std::string shared_rows_cache_limit(const SparseMlaProblem& p) {
   if (static_cast<int64_t>(p.num_pages) * p.page_size >= detail::kSharedRowsMaxRows)
-    return "shared_rows needs num_pages * page_size < 2^30; use the split_k kernel";
+    return "shared_rows needs num_pages * page_size < 2^28; use the split_k kernel";
   const ResolvedStrides s = resolve(p);
   if (s.ckv >= detail::kSharedRowsMaxRowStride || s.kpe >= detail::kSharedRowsMaxRowStride)
     return "shared_rows needs ckv and kpe row strides < 2^31 elements; use the split_k kernel";
@@ -161,6 +161,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
     if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
+    if (shared_rows_ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
     plan.kernel = SparseMlaKernel::shared_rows;
     plan.block_keys = detail::kSharedRowsTileEntries;
     plan.splits = 1;

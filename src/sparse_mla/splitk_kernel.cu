@@ -40,7 +40,7 @@
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
-#include "common/warp_scan.cuh"
+#include "common/block_compact.cuh"
 #include "dsa/sparse_mla.h"
 #include "sparse_mla/params.h"
 
@@ -118,12 +118,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   auto mark = [&](int point) {
     if (timeline != nullptr) timeline[point] = clock64() - clock_entry;
   };
-  auto global_ns = [] {
-    long long ns;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-    return ns;
-  };
-  if (timeline != nullptr) timeline[0] = global_ns();
+  if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head_groups = p.num_heads / kHeadGroup;
   const int hg = blockIdx.x % head_groups;
@@ -162,23 +157,10 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   mark(1);
 
   // 3. Compact the valid indices of this split, keeping position order (deterministic).
-  unsigned my_ballot[kIdxPerThread];
+  bool valid[kIdxPerThread];
 #pragma unroll
-  for (int j = 0; j < kIdxPerThread; ++j) {
-    const bool valid = static_cast<unsigned>(my_row[j]) < static_cast<unsigned>(p.num_rows);
-    my_ballot[j] = __ballot_sync(0xffffffffu, valid);
-    if (lane == 0) s_offsets[j * kWarps + warp] = __popc(my_ballot[j]);
-  }
-  __syncthreads();
-  if (warp == 0) warp_exclusive_scan<kIdxPerThread * kWarps>(s_offsets, lane);
-  __syncthreads();
-  const unsigned lanes_below = (1u << lane) - 1u;
-#pragma unroll
-  for (int j = 0; j < kIdxPerThread; ++j) {
-    if ((my_ballot[j] >> lane) & 1u)
-      s_rows[s_offsets[j * kWarps + warp] + __popc(my_ballot[j] & lanes_below)] = my_row[j];
-  }
-  const int nvalid = s_offsets[kIdxPerThread * kWarps];
+  for (int j = 0; j < kIdxPerThread; ++j) valid[j] = static_cast<unsigned>(my_row[j]) < static_cast<unsigned>(p.num_rows);
+  const int nvalid = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
   __syncthreads();  // s_rows complete
   mark(2);
 
@@ -392,7 +374,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     }
   }
   mark(6);
-  if (timeline != nullptr) timeline[7] = global_ns();
+  if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
 }
 
 #pragma nv_diag_default 128

@@ -1,5 +1,7 @@
 // Planner decisions on a described H100: invariants over a grid of shapes, and the choices
 // that matter for speed at both ends.
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "dsa/sparse_mla.h"
@@ -81,6 +83,8 @@ TEST(Planner, SharedRowsWhenForced) {
   EXPECT_EQ(small.ctas, 2 * 2);
   EXPECT_EQ(small.workspace_bytes, 0u);
   EXPECT_THROW(plan_sparse_mla(5, 16, 2049, kH100, forced), Error);
+  // 2^31 - 1 tokens x 8 head groups / 4 tokens per CTA: more CTAs than one launch takes.
+  EXPECT_THROW(plan_sparse_mla(std::numeric_limits<int>::max(), 128, 2048, kH100, forced), Error);
   forced.splits = 2;
   EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);
   forced = PlanChoice{};

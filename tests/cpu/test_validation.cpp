@@ -53,24 +53,24 @@ TEST(Validate, AcceptsAGoodProblem) {
   EXPECT_NO_THROW(validate(p));
 }
 
-// A forced shared-rows plan on a cache too large for its sort keys (row << 2 | token) is
+// A forced shared-rows plan on a cache too large for its entry words (row << 4 | tokens) is
 // refused before anything is launched, naming the limit and the kernel to use instead.
-TEST(Validate, SharedRowsRefusesCachesOf2To30Rows) {
+TEST(Validate, SharedRowsRefusesCachesOf2To28Rows) {
   Buffers b;
   SparseMlaProblem p = good(b);
   p.page_size = 64;
-  p.num_pages = 1 << 24;  // 2^30 rows
+  p.num_pages = 1 << 22;  // 2^28 rows
   PlanChoice forced;
   forced.kernel = PlanChoice::Kernel::shared_rows;
   const SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, forced);
   try {
     sparse_mla_forward(p, plan, nullptr, 0, nullptr);
-    ADD_FAILURE() << "no error for 2^30 rows";
+    ADD_FAILURE() << "no error for 2^28 rows";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("2^30"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("2^28"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("split_k"), std::string::npos) << e.what();
   }
-  p.num_pages = (1 << 24) - 1;  // one page less: accepted up to the launch, which needs a GPU
+  p.num_pages = (1 << 22) - 1;  // one page less: accepted up to the launch, which needs a GPU
   EXPECT_NO_THROW(validate(p));
 }
 

@@ -250,6 +250,20 @@ TEST_F(Gpu, SharedRowsCountsEveryOccurrence) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
+// A CTA whose tokens list no row twice reads per-entry words (row, which tokens list it); one
+// with a repeated row counts keys per tile. One launch mixes both: tokens 0-3 pick 300 of the
+// same ~600 rows, token 5 repeats one row, tokens 8-9 (a CTA of two) carry -1 and a row
+// past the cache; with topk 300 the unions end in partly empty tiles.
+TEST_F(Gpu, SharedRowsMixesEntryWordsAndCounts) {
+  HostProblem hp = make_problem(10, 32, 300, 64, 64, IndexPattern::shared_prefix, 77, 600);
+  hp.indices[5 * 300 + 17] = hp.indices[5 * 300 + 3];
+  hp.indices[8 * 300 + 5] = -1;
+  hp.indices[9 * 300 + 6] = 64 * 64;
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
 TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
   const HostProblem hp = make_problem(4, 32, 2048, 64, 128, IndexPattern::padding_middle, 99);

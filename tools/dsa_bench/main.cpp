@@ -190,13 +190,11 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::vector<double> entries;
   for (int b = 0; b < plan.ctas; ++b)
     if (h[size_t(b) * detail::kTimelinePoints] >= 0) entries.push_back(double(h[size_t(b) * detail::kTimelinePoints] - first));
-  if (plan.kernel == SparseMlaKernel::shared_rows) {  // points 2-5 are sums of waits (shared_rows_kernel.cu)
+  if (plan.kernel == SparseMlaKernel::shared_rows) {  // point 5 is a sum of waits (shared_rows_kernel.cu)
     std::snprintf(buf, sizeof buf,
                   "SM %.2f GHz; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); waits summed over the loop: "
-                  "scores for tiles %.2f, scores for a P buffer %.2f, output for its gathers %.2f, output for P %.2f; "
-                  "first entry to last exit %.2f us",
+                  "output for P %.2f; first entry to last exit %.2f us",
                   clk, median(phase[1]) / clk * 1e-3, median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
-                  median(phase[2]) / clk * 1e-3, median(phase[3]) / clk * 1e-3, median(phase[4]) / clk * 1e-3,
                   median(phase[5]) / clk * 1e-3, (last - first) * 1e-3);
     return buf;
   }
