@@ -100,6 +100,12 @@ constexpr int kChunksPerRow = kQkDim * 2 / 16;               // 72 x 16 B
 constexpr int kCkvChunks = kCkvDim * 2 / 16;                 // 64
 constexpr int kBlocks = kQkDim / 64;                         // 9 swizzled column blocks of 64 dims
 constexpr int kTileEntries = kSharedRowsTileEntries;         // union entries per tile = S's N
+// Sort keys and entry words share one layout: the row above kRowShift low bits, which hold the
+// token (a key: 0-3) or one bit per token that lists the row (an entry word).
+constexpr int kRowShift = 4;
+constexpr uint32_t kLowBits = (1u << kRowShift) - 1;
+static_assert(kTokens <= kRowShift, "an entry word holds one bit per token");
+static_assert((kSharedRowsMaxRows << kRowShift) <= (int64_t{1} << 32), "keys and words fit 32 bits");
 // Tiles in flight: P V of tile j, scores of j + 1 and j + 2 announced, j + 3 loading. Fewer
 // break the two-ahead announcement; a fifth stage does not fit in shared memory.
 constexpr int kStages = 4;
@@ -148,7 +154,8 @@ __device__ __forceinline__ uint32_t p_offset(int r, int c) {
   return r * (kTileEntries * 2) + (((c / 8) ^ ((r / 2) % 4)) * 16) + (c % 8) * 2;
 }
 
-// Diagnostics (dsa-bench --timeline): the kTimelinePoints record of a CTA.
+// Diagnostics (dsa-bench --timeline): the kTimelinePoints record of a CTA; points not recorded
+// keep the caller's -1.
 enum SharedRowsTimeline {
   kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
   kTlSetup = 1,        // cycles since entry: keys sorted, union compacted, Q landed
@@ -192,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int head_groups = p.num_heads / kHeadGroup;
   const int h0 = (blockIdx.x % head_groups) * kHeadGroup;
   const int t0 = (blockIdx.x / head_groups) * kTokens;
-  const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << 4;  // above every valid key
+  const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << kRowShift;  // above every valid key
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
@@ -230,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     const int g = q / p.topk, pos = q - g * p.topk;
     int row = -1;
     if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
-    keys[j] = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows) ? (static_cast<uint32_t>(row) << 4) | g
+    keys[j] = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows) ? (static_cast<uint32_t>(row) << kRowShift) | g
                                                                               : invalid_key;
   }
   if (tid == 0) s_num_keys = 0, s_repeats = 0;
@@ -251,17 +258,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int i = j * kThreads + tid;
     const bool valid = i < kMaxKeys && keys[j] < invalid_key;
-    const uint32_t row = keys[j] >> 4;
-    head[j] = valid && (i == 0 || (s_keys[i - 1] >> 4) != row);
+    const uint32_t row = keys[j] >> kRowShift;
+    head[j] = valid && (i == 0 || (s_keys[i - 1] >> kRowShift) != row);
     if (valid && i > 0 && s_keys[i - 1] == keys[j]) s_repeats = 1;
     if (valid && (i + 1 == kMaxKeys || s_keys[i + 1] >= invalid_key)) s_num_keys = i + 1;
     // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
     // end reads the last key, which is of this row or above it): branches here serialised them.
-    uint32_t tokens = 1u << (keys[j] & 3u);
+    uint32_t tokens = 1u << (keys[j] & kLowBits);
 #pragma unroll
     for (int d = 1; d < kTokens; ++d) {
       const uint32_t next = s_keys[min(i + d, kMaxKeys - 1)];
-      tokens |= (next >> 4) == row ? 1u << (next & 3u) : 0u;
+      tokens |= (next >> kRowShift) == row ? 1u << (next & kLowBits) : 0u;
     }
     tokens_of[j / 8] |= tokens << (4 * (j % 8));
   }
@@ -269,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (s_repeats) {
       s_entry[rank] = static_cast<uint16_t>(j * kThreads + tid);
     } else {  // every key was read before block_compact's barriers
-      s_words[rank] = (keys[j] & ~15u) | ((tokens_of[j / 8] >> (4 * (j % 8))) & 15u);
+      s_words[rank] = (keys[j] & ~kLowBits) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
       s_entry[rank] = static_cast<uint16_t>(rank);
     }
   });
@@ -320,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
           const int e = j * kTileEntries + lane;
           if (e < num_entries) {
             const int end = s_entry[e + 1];
-            for (int k = s_entry[e]; k < end; ++k) count += (s_keys[k] & 3u) == static_cast<unsigned>(token_of_warp);
+            for (int k = s_entry[e]; k < end; ++k) count += (s_keys[k] & kLowBits) == static_cast<unsigned>(token_of_warp);
           }
         }
 
@@ -399,11 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       scores_loop(std::true_type{});
     else
       scores_loop(std::false_type{});
-    if (kTimed && tid == 0) {
-      timeline[kTlScoresTile] = 0;
-      timeline[kTlScoresPEmpty] = 0;
-      timeline[kTlLoopDone] = clock64() - clock_entry;
-    }
+    if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry;
 
     // Row sums, 1/l for the output warpgroups, lse.
     const int my_token = t0 + token_of_warp;
@@ -444,8 +447,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     auto load_tile = [&](int tile) {
       const uint32_t dst = sTiles + (tile % kStages) * kTileBytes;
       const int e = tile * kTileEntries + lane;  // lane l looks up entry l's row; shuffles share them
-      // s_entry[e] indexes entry e's word (over the keys) or its first key: row << 4 either way.
-      const int my_row = e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> 4);
+      // s_entry[e] indexes entry e's word (over the keys) or its first key: the row lies above
+      // kRowShift either way (one indexing for both keeps the output warpgroups from spilling).
+      const int my_row = e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> kRowShift);
 #pragma unroll
       for (int i = 0; i < kTileEntries / 4; ++i) {
         const int row_or_none = __shfl_sync(0xffffffffu, my_row, gw + 4 * i);
@@ -524,10 +528,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       wgmma::pin(o);
     }
     ptx::cp_async_wait<0>();
-    if (kTimed && tid == 128) {
-      timeline[kTlOutputLoads] = 0;
-      timeline[kTlOutputP] = wait_p;
-    }
+    if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p;
 
     // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles.
     ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written; every warpgroup is done with the tiles

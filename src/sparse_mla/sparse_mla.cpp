@@ -129,6 +129,12 @@ void validate(const SparseMlaProblem& p) {
   require_disjoint("lse", 1, {{s.lse_t, p.num_tokens}, {1, p.num_heads}});
 }
 
+// A plan's CTA count, which one launch (an int grid) must hold.
+static int launch_ctas(int64_t ctas) {
+  if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
+  return static_cast<int>(ctas);
+}
+
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice) {
   validate_shape(num_tokens, num_heads, topk);
   if (dev.cc_major != 9)
@@ -161,12 +167,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
     if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
-    if (shared_rows_ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
     plan.kernel = SparseMlaKernel::shared_rows;
     plan.block_keys = detail::kSharedRowsTileEntries;
     plan.splits = 1;
     plan.chunk = topk;
-    plan.ctas = static_cast<int>(shared_rows_ctas);
+    plan.ctas = launch_ctas(shared_rows_ctas);
     plan.workspace_bytes = 0;
     return plan;
   }
@@ -201,9 +206,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.chunk = static_cast<int>(ceil_div(topk, choice.splits));
   }
   plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
-  const int64_t ctas = base_ctas * plan.splits;
-  if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
-  plan.ctas = static_cast<int>(ctas);
+  plan.ctas = launch_ctas(base_ctas * plan.splits);
   if (detail::splitk_smem_bytes(plan.block_keys, plan.chunk) > dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
