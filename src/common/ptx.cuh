@@ -20,6 +20,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
+// As cp_async_16, asking L2 to fetch the whole 128-byte line from DRAM (.L2::128B): for gathered
+// rows, -1 to -1.5 % at T >= 64 in split-K (docs/perf.md run 68; .L2::256B was +1-2 %).
+__device__ __forceinline__ void cp_async_16_l2_128b(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+
 // Closes the current group of cp.async copies so it can be waited on as one unit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 

@@ -66,6 +66,9 @@
 //               1982-1993 (v4 2035-2050, same run 63), T = 8192 2946 (3021), T = 2048 1064 (1086);
 //               random and runs T = 1024 unchanged. Output warpgroups now wait 31 % of the loop
 //               for P (v4 41 %); the setup costs ~5 us more per CTA.
+//   v5+ (run 71) CTAs take token groups last first (longest-processing-time-first: later prefill
+//               tokens have longer contexts and larger unions): T = 4096 1932-1947 (1980-1995
+//               in the same run), T = 8192 2801-2805 (2920-2943), T = 2048 1055 (1062).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -198,7 +201,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int token_of_warp = warp % 4;    // rows 16w..16w+15 of the wgmma tile
   const int head_groups = p.num_heads / kHeadGroup;
   const int h0 = (blockIdx.x % head_groups) * kHeadGroup;
-  const int t0 = (blockIdx.x / head_groups) * kTokens;
+  // Last tokens first: in prefill they see the longest contexts, so their unions are the largest
+  // (at the bench's T = 4096, 8192-row prefix: ~5600 entries vs ~3800 for the first tokens), and
+  // CTAs start in blockIdx order: the longest CTAs then start first and the shortest fill the
+  // last, partial wave (longest-processing-time-first).
+  const int t0 = (gridDim.x / head_groups - 1 - blockIdx.x / head_groups) * kTokens;
   const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << kRowShift;  // above every valid key
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;

@@ -24,6 +24,8 @@
 //   v3 03f2696  11.6    |  78.8 |  835.2 | 2172   combine over (token, head, 128 dims), PDL at start
 //   v4 ac6f7a2  10.1    |  74.1 |  843.4 | 2395   16-key tiles x 4 stages: no gain (L2-bound), reverted
 //   v5 ea692a8  10.1    |  72.3 |  835.5 | 2147   indices loaded first, epilogue via shared memory
+//   v6           10.0    |  71.5 |  825.7 |   -    row gathers ask L2 for whole 128-byte lines
+//                                                 (.L2::128B; prefill runs shared-rows since v5)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -32,6 +34,12 @@
 // prologue's parameter reads batched (run 40: within noise); a shared-rows kernel for prefill,
 // 4 tokens per CTA gathering the union of their rows once, each token picking its rows from the
 // tile by per-lane ldmatrix addresses (run 42, 76bc4a5: prefill 4393 vs 2169 us, issue-bound).
+// Runs 66-70: the combine's trigger moved or dropped and its loads in one round
+// (all within 0.2 us: the combine's ~2.4 us is its own launch and L2 round trip, not PDL);
+// rows by cp.async.bulk (TMA, one copy per row part; +1-3 % at T >= 64, +1.1 us at T=1 2-valid);
+// .L2::256B (+1-2 %: kpe's 128-byte rows over-fetch); tile 0 gathered straight from the raw
+// index positions before the compaction (T=1 unchanged, 2-valid +0.3 us: the first index load
+// alone takes ~2.2 us after entry and the rows another ~2.2, the compaction was never in the way).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -80,7 +88,7 @@ struct TileShape {
 
 // Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
 // take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
-// masked keys multiply finite zeros.
+// masked keys multiply finite zeros. L2 fetches whole 128-byte lines for them (-1 % at T >= 64).
 template <int BK>
 __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -92,9 +100,9 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
     const uint32_t bytes = live ? 16u : 0u;
     const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
     const uint32_t dst = base + r * kRowBytes;
-    ptx::cp_async_16(dst, ckv, bytes);
-    ptx::cp_async_16(dst + 512, ckv + 256, bytes);
-    if (lane < kKpeDim * 2 / 16) ptx::cp_async_16(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
+    ptx::cp_async_16_l2_128b(dst, ckv, bytes);
+    ptx::cp_async_16_l2_128b(dst + 512, ckv + 256, bytes);
+    if (lane < kKpeDim * 2 / 16) ptx::cp_async_16_l2_128b(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
   }
 }
 
