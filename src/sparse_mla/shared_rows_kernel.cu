@@ -5,8 +5,9 @@
 // The split-K kernel gathers every (token, row) pair through L2 on its own and is bound by L2 in
 // prefill (docs/perf.md: its load stage alone takes ~1990 us at T = 4096). Here a row that several
 // of the CTA's tokens picked crosses L2 once and is read from shared memory once for all four:
-//   1. The 4 x topk indices become keys (row << 4 | token), sorted by cub::BlockRadixSort. Each
-//      distinct row is one "union entry", in row order, so the result is deterministic. Without
+//   1. The 4 x topk indices become keys ((row - the CTA's lowest row) << 2 | token), sorted by
+//      cub::BlockRadixSort over the bits the CTA's row span needs. Each distinct row is one
+//      "union entry", in row order, so the result is deterministic. Without
 //      repeated (row, token) keys, the usual case, entry e becomes the word row << 4 | the bits
 //      of the tokens that list it, written over the keys. A token that lists a row k times has
 //      k keys and weight k in its softmax: then (per CTA) the entries stay positions of their
@@ -66,9 +67,11 @@
 //               1982-1993 (v4 2035-2050, same run 63), T = 8192 2946 (3021), T = 2048 1064 (1086);
 //               random and runs T = 1024 unchanged. Output warpgroups now wait 31 % of the loop
 //               for P (v4 41 %); the setup costs ~5 us more per CTA.
-//   v5+ (run 71) CTAs take token groups last first (longest-processing-time-first: later prefill
+//   v6 6ae36ee  CTAs take token groups last first (longest-processing-time-first: later prefill
 //               tokens have longer contexts and larger unions): T = 4096 1932-1947 (1980-1995
 //               in the same run), T = 8192 2801-2805 (2920-2943), T = 2048 1055 (1062).
+//               Sort keys narrowed to the CTA's row span (run 75): T = 4096 1928 (1944-1950 in the
+//               same run), T = 8192 2785 (2823); scattered rows (random T = 2048) 1552 (1546).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -76,6 +79,7 @@
 // The planner picks this kernel for 16 heads at T >= 2048 when its CTAs fill whole waves
 // (sparse_mla.cpp): tokens that share no rows (decode batches) pay the sort and 4x masked MMA
 // work, e.g. T = 1024 of contiguous runs 633 vs split-K 484 us (run 57).
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -103,11 +107,16 @@ constexpr int kChunksPerRow = kQkDim * 2 / 16;               // 72 x 16 B
 constexpr int kCkvChunks = kCkvDim * 2 / 16;                 // 64
 constexpr int kBlocks = kQkDim / 64;                         // 9 swizzled column blocks of 64 dims
 constexpr int kTileEntries = kSharedRowsTileEntries;         // union entries per tile = S's N
-// Sort keys and entry words share one layout: the row above kRowShift low bits, which hold the
-// token (a key: 0-3) or one bit per token that lists the row (an entry word).
+// Entry words (and, on the counting path, the sorted keys after the setup): the row above
+// kRowShift low bits, which hold one bit per token that lists the row (a word) or the token (a
+// key). The radix sort itself runs on narrower keys, (row - the CTA's lowest row) << kKeyShift |
+// token, so that a CTA whose rows lie close together sorts fewer digits.
 constexpr int kRowShift = 4;
 constexpr uint32_t kLowBits = (1u << kRowShift) - 1;
+constexpr int kKeyShift = 2;
+constexpr uint32_t kKeyToken = (1u << kKeyShift) - 1;
 static_assert(kTokens <= kRowShift, "an entry word holds one bit per token");
+static_assert(kTokens <= (1 << kKeyShift), "a sort key holds the token");
 static_assert((kSharedRowsMaxRows << kRowShift) <= (int64_t{1} << 32), "keys and words fit 32 bits");
 // Tiles in flight: P V of tile j, scores of j + 1 and j + 2 announced, j + 3 loading. Fewer
 // break the two-ahead announcement; a fifth stage does not fit in shared memory.
@@ -195,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ int s_num_keys;
   __shared__ int s_repeats;                // some token lists some row twice
+  __shared__ int s_row_lo[kWarps], s_row_hi[kWarps];  // per warp: lowest and highest valid row
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -206,7 +216,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   // CTAs start in blockIdx order: the longest CTAs then start first and the shortest fill the
   // last, partial wave (longest-processing-time-first).
   const int t0 = (gridDim.x / head_groups - 1 - blockIdx.x / head_groups) * kTokens;
-  const uint32_t invalid_key = static_cast<uint32_t>(p.num_rows) << kRowShift;  // above every valid key
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
@@ -235,20 +244,38 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   }
   ptx::cp_async_commit();
 
-  // 2. Keys, loaded position-major so each warp's loads are contiguous; sorted.
+  // 2. Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token
+  //    first; then the CTA's row span; then sorted as (row - lowest row) << 2 | token over only
+  //    the bits that span needs (the bench's prefill: 16 bits = 4 radix passes instead of the 24
+  //    bits = 6 passes of its whole 541k-row cache): prefill -0.6 to -1.3 %, scattered rows
+  //    (random T = 2048) +0.4 % for the extra barrier (run 75).
   uint32_t keys[kKeysPerThread];
   const int num_positions = kTokens * p.topk;
+  int row_lo = INT_MAX, row_hi = -1;
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int q = j * kThreads + tid;
     const int g = q / p.topk, pos = q - g * p.topk;
     int row = -1;
     if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
-    keys[j] = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows) ? (static_cast<uint32_t>(row) << kRowShift) | g
-                                                                              : invalid_key;
+    const bool valid = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows);
+    keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
+    row_lo = valid ? min(row_lo, row) : row_lo;
+    row_hi = valid ? max(row_hi, row) : row_hi;
   }
+  row_lo = __reduce_min_sync(0xffffffffu, row_lo);
+  row_hi = __reduce_max_sync(0xffffffffu, row_hi);
+  if (lane == 0) s_row_lo[warp] = row_lo, s_row_hi[warp] = row_hi;
   if (tid == 0) s_num_keys = 0, s_repeats = 0;
-  const int end_bit = 32 - __clz(invalid_key);
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) row_lo = min(row_lo, s_row_lo[w]), row_hi = max(row_hi, s_row_hi[w]);
+  const bool any_row = row_hi >= 0;
+  const uint32_t key_base = any_row ? static_cast<uint32_t>(row_lo) << kKeyShift : 0u;
+  const uint32_t invalid_key = any_row ? static_cast<uint32_t>(row_hi - row_lo + 1) << kKeyShift : 0u;  // above every valid key
+#pragma unroll
+  for (int j = 0; j < kKeysPerThread; ++j) keys[j] = keys[j] == ~0u ? invalid_key : keys[j] - key_base;
+  const int end_bit = max(1, 32 - __clz(invalid_key));
   KeySort(*reinterpret_cast<typename KeySort::TempStorage*>(smem + kTilesOffset + kSortOffset)).SortBlockedToStriped(keys, 0, end_bit);
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j)
@@ -265,17 +292,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int i = j * kThreads + tid;
     const bool valid = i < kMaxKeys && keys[j] < invalid_key;
-    const uint32_t row = keys[j] >> kRowShift;
-    head[j] = valid && (i == 0 || (s_keys[i - 1] >> kRowShift) != row);
+    const uint32_t row = keys[j] >> kKeyShift;  // minus row_lo
+    head[j] = valid && (i == 0 || (s_keys[i - 1] >> kKeyShift) != row);
     if (valid && i > 0 && s_keys[i - 1] == keys[j]) s_repeats = 1;
     if (valid && (i + 1 == kMaxKeys || s_keys[i + 1] >= invalid_key)) s_num_keys = i + 1;
     // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
     // end reads the last key, which is of this row or above it): branches here serialised them.
-    uint32_t tokens = 1u << (keys[j] & kLowBits);
+    uint32_t tokens = 1u << (keys[j] & kKeyToken);
 #pragma unroll
     for (int d = 1; d < kTokens; ++d) {
       const uint32_t next = s_keys[min(i + d, kMaxKeys - 1)];
-      tokens |= (next >> kRowShift) == row ? 1u << (next & kLowBits) : 0u;
+      tokens |= (next >> kKeyShift) == row ? 1u << (next & kKeyToken) : 0u;
     }
     tokens_of[j / 8] |= tokens << (4 * (j % 8));
   }
@@ -283,11 +310,19 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (s_repeats) {
       s_entry[rank] = static_cast<uint16_t>(j * kThreads + tid);
     } else {  // every key was read before block_compact's barriers
-      s_words[rank] = (keys[j] & ~kLowBits) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
+      s_words[rank] = (((keys[j] >> kKeyShift) + row_lo) << kRowShift) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
       s_entry[rank] = static_cast<uint16_t>(rank);
     }
   });
   const bool words = !s_repeats;  // uniform over the CTA
+  if (!words) {  // the counting path reads keys as row << 4 | token (every key was read above)
+#pragma unroll
+    for (int j = 0; j < kKeysPerThread; ++j) {
+      const int i = j * kThreads + tid;
+      if (i < kMaxKeys && keys[j] < invalid_key)
+        s_keys[i] = (((keys[j] >> kKeyShift) + row_lo) << kRowShift) | (keys[j] & kKeyToken);
+    }
+  }
   if (tid == 0) s_entry[num_entries] = s_num_keys;
   if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
     s_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
