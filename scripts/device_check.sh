@@ -6,6 +6,8 @@
 # Usage (GPU machine, repo root, build/ carried): scripts/device_check.sh [suite] [extra dsa-bench args]
 # BUILD=dir reads the two binaries from dir/tests and dir/tools instead (a copy of just them fits
 # the device call's carry limit when the whole build folder does not).
+# PARTS=tests runs only the GPU tests and the sanitizers, PARTS=bench only the benchmarks, the
+# peers and the PyTorch op: the whole check takes ~11 min, more than one 10-minute device call.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -13,6 +15,8 @@ BUILD=${BUILD:-build}
 SUITE=${1:-targets}
 shift || true
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
+PARTS=${PARTS:-all}
+if [ "$PARTS" != bench ]; then
 echo "== gpu tests"
 "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
 SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*'
@@ -23,6 +27,8 @@ for tool in memcheck racecheck synccheck; do
   compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
   echo "== $tool rc=$? $(grep -E 'tests ran|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tr '\n' ' ')"
 done
+fi
+[ "$PARTS" = tests ] && exit 0
 echo "== dsa-bench --suite $SUITE --stage all $*"
 "$BUILD"/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
 echo "== dsa-bench dense --suite targets"
