@@ -72,6 +72,9 @@
 //               in the same run), T = 8192 2801-2805 (2920-2943), T = 2048 1055 (1062).
 //               Sort keys narrowed to the CTA's row span (run 75): T = 4096 1928 (1944-1950 in the
 //               same run), T = 8192 2785 (2823); scattered rows (random T = 2048) 1552 (1546).
+//               Word path without the 0/1 weight multiply, key loads without an integer division
+//               (run 79): T = 4096 1891-1901 (1920-1923), T = 8192 2727-2728 (2762-2771), random
+//               T = 2048 1521-1529 (1547-1558).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -252,10 +255,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   uint32_t keys[kKeysPerThread];
   const int num_positions = kTokens * p.topk;
   int row_lo = INT_MAX, row_hi = -1;
+  const float inv_topk = 1.f / static_cast<float>(p.topk);
 #pragma unroll
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int q = j * kThreads + tid;
-    const int g = q / p.topk, pos = q - g * p.topk;
+    // q / topk without an integer division per key: for q < 2^14 the float quotient is off by
+    // at most one, which the two fixes correct.
+    int g = static_cast<int>(static_cast<float>(q) * inv_topk), pos = q - g * p.topk;
+    if (pos < 0) --g, pos += p.topk;
+    if (pos >= p.topk) ++g, pos -= p.topk;
     int row = -1;
     if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
     const bool valid = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows);
@@ -421,7 +429,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               float& v = s[4 * n + 2 * r + c];
-              v = weight[2 * n + c] * ptx::exp2_approx(v - m_ref);
+              // An unlisted entry is -inf here and exp2 gives 0: 0/1 weights need no multiply.
+              v = kWords ? ptx::exp2_approx(v - m_ref) : weight[2 * n + c] * ptx::exp2_approx(v - m_ref);
               sum += v;
             }
           l_run[r] = l_run[r] * alpha[r] + sum;
