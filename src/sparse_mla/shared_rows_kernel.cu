@@ -260,7 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   for (int j = 0; j < kKeysPerThread; ++j) {
     const int q = j * kThreads + tid;
     // q / topk without an integer division per key: for q < 2^14 the float quotient is off by
-    // at most one, which the two fixes correct.
+    // at most one, which the two fixes correct (checked exhaustively on the host for every
+    // topk <= 2048 and q < 2^14).
     int g = static_cast<int>(static_cast<float>(q) * inv_topk), pos = q - g * p.topk;
     if (pos < 0) --g, pos += p.topk;
     if (pos >= p.topk) ++g, pos -= p.topk;
