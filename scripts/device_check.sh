@@ -9,13 +9,14 @@
 # PARTS=tests runs only the GPU tests and the sanitizers, PARTS=bench only the benchmarks, the
 # peers and the PyTorch op: the whole check takes ~11 min, more than one 10-minute device call.
 set -uo pipefail
+PARTS=${PARTS:-all}
+case "$PARTS" in all | tests | bench) ;; *) echo "device_check.sh: PARTS must be all, tests or bench, got '$PARTS'" >&2; exit 2 ;; esac
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 BUILD=${BUILD:-build}
 SUITE=${1:-targets}
 shift || true
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
-PARTS=${PARTS:-all}
 if [ "$PARTS" != bench ]; then
 echo "== gpu tests"
 "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
