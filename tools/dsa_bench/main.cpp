@@ -385,7 +385,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
   for (const Result& r : results) {
     char plan[32], range[48], parts[48] = "-";
     if (r.plan.kernel == SparseMlaKernel::shared_rows)
-      std::snprintf(plan, sizeof plan, "rows");
+      std::snprintf(plan, sizeof plan, "%s", kernel_name(r.plan));
     else
       std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
