@@ -86,6 +86,11 @@ struct SparseMlaPlan {
   int splits = 0;        // index chunks per token; > 1 adds a combine kernel
   int chunk = 0;         // index positions per split (<= kMaxChunk)
   int ctas = 0;          // blocks of the main kernel
+  // split_k with splits > 1: a token with at most this many valid indices is finished by its
+  // first split alone, with no merge (each CTA counts the token's valid indices on the device;
+  // the others and the combine skip it). 0: off (splits == 1, topk > kMaxChunk, or a chunk
+  // that is not a multiple of 32 positions).
+  int fused_rows = 0;
   size_t workspace_bytes = 0;  // fp32 partials; 0 when splits == 1
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;
@@ -96,6 +101,7 @@ struct PlanChoice {
   int block_keys = 0;  // 16, 32 or 64
   int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
   enum class Kernel { planner, split_k, shared_rows } kernel = Kernel::planner;
+  int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
 };
 
 // Pure function of shape and device: what tests call without a GPU. Throws dsa::Error for an

@@ -30,6 +30,7 @@ struct SparseMlaParams {
   float scale_log2;      // sm_scale * log2(e): logits in base 2
   // plan
   int block_keys, splits, chunk;
+  int fused_rows;        // > 0: every CTA reads the token's whole index list (SparseMlaPlan::fused_rows)
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
@@ -45,6 +46,10 @@ inline constexpr int kTimelinePoints = 8;
 // Stages of the split-K kernel; the ones before kStageFull are dissection variants (dsa-bench
 // --stage) that stop early and produce no meaningful output.
 enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFull = 3 };
+
+// Split starts must fall on these boundaries for fused rows: the compaction counts valid
+// indices per 32 positions (one warp's ballot), and a split finds its rows from those counts.
+inline constexpr int kFusedChunkAlign = 32;
 
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
 inline constexpr int kPlannerBlockKeys = 32;

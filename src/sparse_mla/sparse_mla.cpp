@@ -207,7 +207,20 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   }
   plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
   plan.ctas = launch_ctas(base_ctas * plan.splits);
-  if (detail::splitk_smem_bytes(plan.block_keys, plan.chunk) > dev.max_smem_per_block)
+  // Fused rows: a token with at most one chunk's worth of valid indices (short contexts, the
+  // -1 padding of an indexer with fewer candidates than topk) is finished by its first split
+  // alone. That CTA does no more tile work than any split of the plan, and the token needs no
+  // partials and no merge: T=1 with 2 valid rows 9.0 -> 5.6 us, T=16 with 100 each 19.8 -> 14.0,
+  // full lists unchanged (docs/perf.md runs 83-84).
+  const bool fusable = plan.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && plan.chunk % detail::kFusedChunkAlign == 0;
+  if (choice.fused_rows < -1 || choice.fused_rows > SparseMlaPlan::kMaxChunk)
+    fail("fused_rows", "must be -1, 0 or in [1, " + std::to_string(SparseMlaPlan::kMaxChunk) + "], got " +
+                           std::to_string(choice.fused_rows));
+  if (choice.fused_rows > 0 && !fusable)
+    fail("fused_rows", "needs splits > 1, topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " and a chunk of whole " +
+                           std::to_string(detail::kFusedChunkAlign) + "-position groups");
+  plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
+  if (detail::splitk_smem_bytes(plan.block_keys, plan.fused_rows > 0 ? topk : plan.chunk) > dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
   return plan;
@@ -259,6 +272,10 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
       plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
       static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
     fail("plan", "inconsistent (block_keys, splits, chunk)");
+  if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk ||
+      (plan.fused_rows > 0 && (plan.splits == 1 || plan.topk > SparseMlaPlan::kMaxChunk ||
+                               plan.chunk % detail::kFusedChunkAlign != 0)))
+    fail("plan", "inconsistent fused_rows");
   if (problem.num_tokens == 0) return;
   const size_t need = workspace_for(problem.num_tokens, problem.num_heads, plan.splits);
   if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
@@ -267,6 +284,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   k.block_keys = plan.block_keys;
   k.splits = plan.splits;
   k.chunk = plan.chunk;
+  k.fused_rows = plan.fused_rows;
   if (plan.splits > 1) {
     k.partial_out = static_cast<float*>(workspace);
     k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.splits * kCkvDim;

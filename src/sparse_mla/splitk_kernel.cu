@@ -15,6 +15,11 @@
 //   6. The normalised 16 x 512 tile is staged in shared memory and written as whole rows:
 //      bf16 out + lse when splits == 1, else fp32 partials + the split's lse, which a combine
 //      kernel (programmatic dependent launch) merges.
+// Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
+// and compacts it; a token with at most fused_rows valid rows is finished by split 0 alone
+// (bf16 out + lse, no partials), the other splits leave at once, and the combine, counting the
+// same indices before it waits, skips the token. Otherwise a split takes its own run of the
+// compacted list, so its rows, and its result, are those of the unfused path bit for bit.
 //
 // History (H100, dsa-bench, CUPTI kernel span, L2 flushed; docs/perf.md has the full tables).
 // Cases: T=1 with 2048 random rows | T=64 random | T=1024 random | T=4096 prefill (8192-row prefix).
@@ -26,6 +31,8 @@
 //   v5 ea692a8  10.1    |  72.3 |  835.5 | 2147   indices loaded first, epilogue via shared memory
 //   v6           10.0    |  71.5 |  825.7 |   -    row gathers ask L2 for whole 128-byte lines
 //                                                 (.L2::128B; prefill runs shared-rows since v5)
+//   v7            9.9    |  71.2 |    -   |   -    fused rows: T=1 with 2 valid rows 9.0 -> 5.6 us,
+//                                                 T=16 with 100 rows each 19.8 -> 14.0 (runs 83-84)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -71,6 +78,7 @@ constexpr int kStagedStrideF32 = kCkvDim + 8;
 constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
+static_assert(kFusedChunkAlign == 32, "block_compact counts valid items per warp ballot (32 positions)");
 
 // Tile geometry for one block_keys value; the one place sizes are derived.
 template <int BK, int STAGES>
@@ -139,14 +147,18 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
 
   // 1. Raw indices into registers first: they head the critical path (indices -> rows), so
   //    their DRAM latency should overlap everything else in the prologue.
+  //    With fused rows on, every CTA reads the token's whole list (topk <= kMaxChunk): it
+  //    counts the token's valid rows and finds its own chunk's rows in the compaction.
   const int pos0 = split * p.chunk;
   const int npos = min(p.chunk, p.topk - pos0);
-  const int32_t* idx = p.indices + t * p.indices_token_stride + pos0;
+  const bool whole_list = p.fused_rows > 0;
+  const int nlist = whole_list ? p.topk : npos;
+  const int32_t* idx = p.indices + t * p.indices_token_stride + (whole_list ? 0 : pos0);
   int my_row[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) {
     const int q = j * kThreads + threadIdx.x;
-    my_row[j] = (j * kThreads < npos && q < npos) ? __ldg(idx + q) : -1;
+    my_row[j] = (j * kThreads < nlist && q < nlist) ? __ldg(idx + q) : -1;
   }
 
   // 2. Q -> shared (group 0 of cp.async).
@@ -164,19 +176,38 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
   mark(1);
 
-  // 3. Compact the valid indices of this split, keeping position order (deterministic).
+  // 3. Compact the valid indices of the list, keeping position order (deterministic).
   bool valid[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) valid[j] = static_cast<unsigned>(my_row[j]) < static_cast<unsigned>(p.num_rows);
-  const int nvalid = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+  const int nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
   __syncthreads();  // s_rows complete
+  int row0 = 0, nvalid = nlisted;
+  bool fused = false;  // this CTA finishes the token alone and writes bf16 out + lse
+  if (whole_list) {
+    if (nlisted <= p.fused_rows) {
+      if (split != 0) {  // split 0 does it; the combine skips the token too
+        ptx::cp_async_wait<0>();  // Q's copies must land before the CTA exits
+        if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+        return;
+      }
+      fused = true;
+    } else {
+      // s_offsets[g] = valid rows before position 32 g (block_compact's scan); splits start on
+      // multiples of 32 (kFusedChunkAlign), so this split's rows are one run of s_rows.
+      row0 = s_offsets[pos0 / kFusedChunkAlign];
+      const int pos_end = pos0 + npos;
+      nvalid = (pos_end >= p.topk ? nlisted : s_offsets[pos_end / kFusedChunkAlign]) - row0;
+    }
+  }
+  const int* rows = s_rows + row0;
   mark(2);
 
   // 4. Prologue: first STAGES-1 tiles in flight.
   const int ntiles = (nvalid + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ntiles) load_tile<BK>(p, s_tiles + s * Shape::kTileBytes, s_rows + s * BK, min(BK, nvalid - s * BK));
+    if (s < ntiles) load_tile<BK>(p, s_tiles + s * Shape::kTileBytes, rows + s * BK, min(BK, nvalid - s * BK));
     ptx::cp_async_commit();
   }
 
@@ -212,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     {
       const int nt = it + STAGES - 1;
       if (nt < ntiles)
-        load_tile<BK>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, s_rows + nt * BK, min(BK, nvalid - nt * BK));
+        load_tile<BK>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
       ptx::cp_async_commit();
     }
     const uint32_t tile = ptx::smem_addr(s_tiles + (it % STAGES) * Shape::kTileBytes);
@@ -333,7 +364,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     lse[r] = any ? m_run[r] + log2f(l_run[r]) : -INFINITY;
   }
   const int g = lane / 4;
-  const bool split_out = p.splits > 1;
+  const bool split_out = p.splits > 1 && !fused;
   __syncthreads();  // every warp is done reading the tiles
   if (split_out) {
     float* so = reinterpret_cast<float*>(s_tiles);
@@ -397,12 +428,39 @@ constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 constexpr int kFewSplits = 8;
 
+// Fused rows: whether split 0 finished token t alone (at most fused_rows valid indices). The
+// count is a pure function of the indices, so the combine repeats the main kernel's instead of
+// waiting for it: it runs before griddepcontrol.wait, while the main kernel works. Every
+// block's threads share t (H is a multiple of the 8 heads a few-splits block takes).
+__device__ __forceinline__ bool token_fused(const SparseMlaParams& p, int t) {
+  __shared__ int s_warp_valid[kCombineWarps];
+  constexpr int kPer = kMaxChunk / kCombineThreads;
+  const int32_t* idx = p.indices + t * p.indices_token_stride;
+  int r[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {  // every load in flight before any count
+    const int k = u * kCombineThreads + threadIdx.x;
+    r[u] = k < p.topk ? __ldg(idx + k) : -1;
+  }
+  unsigned n = 0;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) n += static_cast<unsigned>(r[u]) < static_cast<unsigned>(p.num_rows) ? 1u : 0u;
+  n = __reduce_add_sync(0xffffffffu, n);
+  if (threadIdx.x % 32 == 0) s_warp_valid[threadIdx.x / 32] = static_cast<int>(n);
+  __syncthreads();
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) total += s_warp_valid[w];
+  return total <= p.fused_rows;
+}
+
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel(const SparseMlaParams p) {
-  ptx::wait_prerequisites();
   const int lane = threadIdx.x % 32;
+  // H is a multiple of 8: the grid holds exactly T x H warps, one token per block.
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
-  if (th >= (int64_t)p.num_tokens * p.num_heads) return;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
+  if (p.fused_rows > 0 && token_fused(p, t)) return;  // before any wait: split 0 wrote it
+  ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
   const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
   float ls[kFewSplits];
@@ -453,11 +511,12 @@ constexpr int kCombineUnroll = 4;
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
   __shared__ float s_m[kCombineWarps], s_l[kCombineWarps];
   __shared__ float4 s_acc[kCombineWarps][32];
-  ptx::wait_prerequisites();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t th = blockIdx.x / kCombineQuarters;
   const int quarter = blockIdx.x % kCombineQuarters;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
+  if (p.fused_rows > 0 && token_fused(p, t)) return;  // before any wait: split 0 wrote it
+  ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
   const float* po = p.partial_out + th * p.splits * kCkvDim + quarter * 128 + lane * 4;
   float m = -INFINITY, l = 0.f;
@@ -527,7 +586,7 @@ template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage>;
-  const int smem = TileShape<BK, kStages>::smem_bytes(p.chunk);
+  const int smem = TileShape<BK, kStages>::smem_bytes(p.fused_rows > 0 ? p.topk : p.chunk);  // s_rows holds the list
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
   int device = 0;

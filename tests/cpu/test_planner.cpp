@@ -33,7 +33,31 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         }
         const size_t ws = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
         EXPECT_EQ(p.workspace_bytes, ws);
+        // Fused rows exactly where the kernel can count a whole list and find split starts.
+        const bool fusable = p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
+        EXPECT_EQ(p.fused_rows, fusable ? p.chunk : 0);
       }
+}
+
+TEST(Planner, FusedRowsCoverOneChunkAndCanBeForcedOrTurnedOff) {
+  const SparseMlaPlan t1 = plan_sparse_mla(1, 16, 2048, kH100);
+  EXPECT_EQ(t1.fused_rows, t1.chunk);  // 64 splits of 32: a token with <= 32 rows needs no merge
+  EXPECT_EQ(t1.chunk, 32);
+  EXPECT_EQ(plan_sparse_mla(64, 16, 2048, kH100).fused_rows, 512);
+  EXPECT_EQ(plan_sparse_mla(1024, 16, 2048, kH100).fused_rows, 0);   // one split: nothing to merge
+  EXPECT_EQ(plan_sparse_mla(1, 16, 2049, kH100).fused_rows, 0);      // list longer than one CTA reads
+  EXPECT_EQ(plan_sparse_mla(4, 32, 2048, kH100, PlanChoice{64, 7}).fused_rows, 0);  // chunk 293
+  PlanChoice c;
+  c.fused_rows = -1;
+  EXPECT_EQ(plan_sparse_mla(1, 16, 2048, kH100, c).fused_rows, 0);
+  c.fused_rows = 100;
+  EXPECT_EQ(plan_sparse_mla(1, 16, 2048, kH100, c).fused_rows, 100);
+  EXPECT_THROW(plan_sparse_mla(1024, 16, 2048, kH100, c), Error);  // one split
+  EXPECT_THROW(plan_sparse_mla(1, 16, 2049, kH100, c), Error);
+  c.fused_rows = -2;
+  EXPECT_THROW(plan_sparse_mla(1, 16, 2048, kH100, c), Error);
+  c.fused_rows = SparseMlaPlan::kMaxChunk + 1;
+  EXPECT_THROW(plan_sparse_mla(1, 16, 2048, kH100, c), Error);
 }
 
 TEST(Planner, SmallBatchesSplitEachTokenOverTheChip) {

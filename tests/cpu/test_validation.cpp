@@ -93,6 +93,31 @@ TEST(Validate, SharedRowsRefusesRowStridesOf2To31) {
   }
 }
 
+// A hand-edited plan whose fused-rows threshold the kernel cannot honour is refused by name.
+TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
+  Buffers b;
+  const SparseMlaProblem p = good(b);
+  const SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0});
+  ASSERT_GT(base.splits, 1);
+  const auto refused = [&](SparseMlaPlan plan) {
+    try {
+      sparse_mla_forward(p, plan, nullptr, plan.workspace_bytes, nullptr);
+    } catch (const Error& e) {
+      return std::string(e.what()).find("fused_rows") != std::string::npos;
+    }
+    return false;
+  };
+  SparseMlaPlan plan = base;
+  plan.fused_rows = -1;
+  EXPECT_TRUE(refused(plan));
+  plan.fused_rows = SparseMlaPlan::kMaxChunk + 1;
+  EXPECT_TRUE(refused(plan));
+  plan = base;
+  plan.chunk += 16;  // split starts off the 32-position groups the kernel counts
+  plan.splits = (p.topk + plan.chunk - 1) / plan.chunk;
+  EXPECT_TRUE(refused(plan));
+}
+
 TEST(Validate, NamesTheBadArgument) {
   Buffers b;
   const auto mut = [&](auto f, const std::string& name) {

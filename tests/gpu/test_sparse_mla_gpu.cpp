@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <limits>
 #include <string>
 #include <vector>
@@ -274,6 +276,64 @@ TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
       ASSERT_EQ(plan.block_keys, bk);
       const Agreement a = run_and_compare(hp, &plan);
       EXPECT_TRUE(a.ok()) << "block_keys " << bk << " splits " << plan.splits << ": " << a.summary();
+    }
+}
+
+// ---- fused rows: tokens with few valid indices finish in split 0, the rest are merged ------
+// Per token, `counts[t]` valid rows at random positions; every other position holds -1 or an
+// out-of-range row. Counts straddle one chunk (32 at T=1 H=16, 64 at T=8 H=16, 512 at T=64), so
+// one launch mixes fused tokens, merged ones and splits that start inside runs of padding.
+HostProblem problem_with_valid_counts(int T, int H, const std::vector<int>& counts, uint64_t seed) {
+  HostProblem hp = make_problem(T, H, 2048, 64, 128, IndexPattern::random, seed);
+  std::mt19937_64 rng(seed);
+  const int num_rows = 64 * 128;
+  for (int t = 0; t < T; ++t) {
+    std::vector<int> pos(2048);
+    for (int k = 0; k < 2048; ++k) pos[k] = k;
+    std::shuffle(pos.begin(), pos.end(), rng);
+    const int c = counts[t % counts.size()];
+    for (int k = 0; k < 2048; ++k) {
+      int32_t& v = hp.indices[size_t(t) * 2048 + pos[k]];
+      v = k < c ? int32_t(rng() % num_rows) : (k % 3 == 0 ? num_rows + int32_t(k) : k % 3 == 1 ? -1 : -7);
+    }
+  }
+  return hp;
+}
+
+TEST_F(Gpu, FusedRowsAgreeWithTheReferenceAndWithMergedSplits) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  const std::vector<int> counts = {0, 1, 2, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 700, 2048};
+  for (int T : {1, 8, 64})
+    for (int H : {16, 128}) {
+      if (T == 64 && H == 128) continue;  // one split: no fused rows
+      for (size_t first = 0; first < (T == 1 ? counts.size() : 1); ++first) {
+        std::vector<int> c(counts.begin() + first, counts.end());
+        const HostProblem hp = problem_with_valid_counts(T, H, c, seed_of(T, H, int(first), 11));
+        DeviceProblem d(hp);
+        const SparseMlaProblem p = d.view();
+        std::vector<double> ro, rl;
+        reference(hp, ro, rl);
+        PlanChoice on, off, wide;
+        off.fused_rows = -1;
+        wide.fused_rows = 100;
+        const SparseMlaPlan plans[] = {plan_sparse_mla(T, H, 2048, dev, on), plan_sparse_mla(T, H, 2048, dev, off),
+                                       plan_sparse_mla(T, H, 2048, dev, wide)};
+        ASSERT_GT(plans[0].fused_rows, 0) << "T " << T << " H " << H;
+        ASSERT_EQ(plans[1].fused_rows, 0);
+        std::vector<uint16_t> outs[3];
+        for (int i = 0; i < 3; ++i) {
+          const Agreement a = forward_and_judge(d, p, plans[i], ro, rl);
+          EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << " first count " << c[0] << " fused_rows "
+                              << plans[i].fused_rows << ": " << a.summary();
+          outs[i] = d.out.get();
+        }
+        // A token above the threshold reads the same rows per split either way: bitwise equal.
+        const size_t row = size_t(H) * kCkvDim;
+        for (int t = 0; t < T; ++t)
+          if (c[t % c.size()] > plans[0].fused_rows)
+            ASSERT_TRUE(std::equal(outs[0].begin() + t * row, outs[0].begin() + (t + 1) * row, outs[1].begin() + t * row))
+                << "T " << T << " H " << H << " token " << t;
+      }
     }
 }
 

@@ -44,7 +44,7 @@ struct Options : TimingOptions {
   std::string pattern = "random";
   std::vector<int> valid;
   // Plan overrides (sweeps).
-  int block_keys = 0, splits = 0;
+  int block_keys = 0, splits = 0, fused_rows = 0;
   std::string kernel = "auto";  // auto (planner), split-k, shared-rows
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
@@ -152,6 +152,7 @@ PlanChoice plan_choice(const Options& o) {
   PlanChoice c{o.block_keys, o.splits};
   if (o.kernel == "split-k") c.kernel = PlanChoice::Kernel::split_k;
   if (o.kernel == "shared-rows") c.kernel = PlanChoice::Kernel::shared_rows;
+  c.fused_rows = o.fused_rows;
   return c;
 }
 
@@ -175,7 +176,7 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
     if (r[0] < 0) continue;
     first = first < 0 ? r[0] : std::min(first, r[0]);
     last = std::max(last, r[7]);
-    if (r[7] > r[0]) ghz.push_back(double(r[6]) / double(r[7] - r[0]));
+    if (r[7] > r[0] && r[6] > 0) ghz.push_back(double(r[6]) / double(r[7] - r[0]));  // CTAs that left early lack r[6]
     for (int k = 1; k <= 6; ++k)
       if (r[k] >= 0) phase[k].push_back(double(r[k]));
   }
@@ -419,7 +420,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
@@ -625,10 +626,21 @@ int run_inspect(const Options& o, int tokens_shown) {
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
+    if (plan.kernel == SparseMlaKernel::shared_rows) {
+      std::printf("planner (%s): shared-rows kernel, %d CTAs of %d tokens, %d-entry union tiles\n", dev_name.c_str(),
+                  plan.ctas, detail::kSharedRowsTokens, plan.block_keys);
+      continue;
+    }
     std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
                 "workspace %zu bytes%s\n",
                 dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
                 plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+    if (plan.fused_rows > 0) {
+      int fused = 0;
+      for (const auto& ts : per) fused += ts.valid <= plan.fused_rows ? 1 : 0;
+      std::printf("         fused rows: %d of %d tokens have <= %d valid rows and finish in one CTA, unmerged\n", fused,
+                  s.num_tokens, plan.fused_rows);
+    }
   }
   return 0;
 }
@@ -684,10 +696,12 @@ int main(int argc, char** argv) {
   app.add_option("--page-size", o.page_size, "custom case: page size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--num-pages", o.num_pages, "custom case: pages in the cache")->check(CLI::Range(1, 1 << 22));
   app.add_option("--pattern", o.pattern, "custom case: index pattern");
-  app.add_option("--valid", o.valid, "custom case (runs): valid entries per token");
+  app.add_option("--valid", o.valid, "custom case (runs): valid entries per token (comma-separated)")->delimiter(',');
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
+  app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
+      ->check(CLI::Range(-1, dsa::SparseMlaPlan::kMaxChunk));
   app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (4 tokens per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
