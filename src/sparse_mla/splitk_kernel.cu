@@ -503,32 +503,43 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   if (lane == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
 }
 
-// Many splits: one block per (token, head, 128 dims). Warp w merges splits w, w+8, ... online
-// (4 in flight), then warp 0 merges the 8 warps through shared memory.
-constexpr int kCombineQuarters = kCkvDim / 128;
+// Many splits: one block per (token, head, 512 / kParts dims). Warp w merges splits w, w+8, ...
+// online (4 in flight), then warp 0 merges the 8 warps through shared memory. kParts keeps the
+// grid near one block per main-kernel slot: at T = 1, 4 parts make 64 blocks (one part, 16
+// blocks, took 10.9 us against 10.1); at T = 16, one part makes 256 blocks where 4 made 1024:
+// 29.3 against 31.3 us (run 85; T = 2-8 within 0.2 us either way).
+constexpr int kCombineBlocksTarget = 256;  // ~ the main kernel's 2 CTAs x 132 SMs
 constexpr int kCombineUnroll = 4;
 
+template <int kParts>
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
+  constexpr int kVec = kCkvDim / kParts / 128;  // float4 per lane
   __shared__ float s_m[kCombineWarps], s_l[kCombineWarps];
-  __shared__ float4 s_acc[kCombineWarps][32];
+  __shared__ float4 s_acc[kCombineWarps][kVec][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t th = blockIdx.x / kCombineQuarters;
-  const int quarter = blockIdx.x % kCombineQuarters;
+  const int64_t th = blockIdx.x / kParts;
+  const int part = blockIdx.x % kParts;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
   if (p.fused_rows > 0 && token_fused(p, t)) return;  // before any wait: split 0 wrote it
   ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
-  const float* po = p.partial_out + th * p.splits * kCkvDim + quarter * 128 + lane * 4;
+  const int dim0 = part * (kCkvDim / kParts) + lane * 4;  // + i * 128
+  const float* po = p.partial_out + th * p.splits * kCkvDim + dim0;
   float m = -INFINITY, l = 0.f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kCombineUnroll) {
     float ls[kCombineUnroll];
-    float4 v[kCombineUnroll];
+    float4 v[kCombineUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int s = s0 + kCombineWarps * u;
       ls[u] = s < p.splits ? lse_s[s] : -INFINITY;
-      v[u] = s < p.splits ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int i = 0; i < kVec; ++i)
+        v[u][i] = s < p.splits ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim + i * 128)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float m_new = m;
 #pragma unroll
@@ -536,14 +547,18 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     if (m_new == -INFINITY) continue;  // nothing valid yet (warp-uniform)
     const float scale = exp2f(m - m_new);  // m = -inf -> 0
     l *= scale;
-    acc.x *= scale; acc.y *= scale; acc.z *= scale; acc.w *= scale;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) acc[i].x *= scale, acc[i].y *= scale, acc[i].z *= scale, acc[i].w *= scale;
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const bool live = ls[u] != -INFINITY;
       const float w = live ? exp2f(ls[u] - m_new) : 0.f;
       l += w;
-      acc.x += live ? w * v[u].x : 0.f; acc.y += live ? w * v[u].y : 0.f;
-      acc.z += live ? w * v[u].z : 0.f; acc.w += live ? w * v[u].w : 0.f;
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        acc[i].x += live ? w * v[u][i].x : 0.f; acc[i].y += live ? w * v[u][i].y : 0.f;
+        acc[i].z += live ? w * v[u][i].z : 0.f; acc[i].w += live ? w * v[u][i].w : 0.f;
+      }
     }
     m = m_new;
   }
@@ -551,30 +566,40 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     s_m[warp] = m;
     s_l[warp] = l;
   }
-  s_acc[warp][lane] = acc;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) s_acc[warp][i][lane] = acc[i];
   __syncthreads();
   if (warp != 0) return;
   float mx = -INFINITY;
 #pragma unroll
   for (int w = 0; w < kCombineWarps; ++w) mx = fmaxf(mx, s_m[w]);
-  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + quarter * 128 + lane * 4;
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + dim0;
   if (mx == -INFINITY) {
-    *reinterpret_cast<uint2*>(out) = make_uint2(0u, 0u);
-    if (lane == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(0u, 0u);
+    if (lane == 0 && part == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
     return;
   }
   float sum = 0.f;
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 o[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
   for (int w = 0; w < kCombineWarps; ++w) {
     const float scale = exp2f(s_m[w] - mx);  // a warp that saw nothing has m = -inf, l = 0, acc = 0
     sum += s_l[w] * scale;
-    const float4 a = s_acc[w][lane];
-    o.x += a.x * scale; o.y += a.y * scale; o.z += a.z * scale; o.w += a.w * scale;
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const float4 a = s_acc[w][i][lane];
+      o[i].x += a.x * scale; o[i].y += a.y * scale; o[i].z += a.z * scale; o[i].w += a.w * scale;
+    }
   }
   const float inv = 1.f / sum;
-  *reinterpret_cast<uint2*>(out) = make_uint2(ptx::pack_bf16x2(o.x * inv, o.y * inv), ptx::pack_bf16x2(o.z * inv, o.w * inv));
-  if (lane == 0 && quarter == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+#pragma unroll
+  for (int i = 0; i < kVec; ++i)
+    *reinterpret_cast<uint2*>(out + i * 128) =
+        make_uint2(ptx::pack_bf16x2(o[i].x * inv, o[i].y * inv), ptx::pack_bf16x2(o[i].z * inv, o[i].w * inv));
+  if (lane == 0 && part == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
 }
 
 // Pipeline depth per tile size, chosen so two CTAs fit an SM's 228 KB where they can:
@@ -629,8 +654,9 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
   if (p.splits == 1) return;
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
   const bool few = p.splits <= kFewSplits;
+  const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * kCombineQuarters));
+  cfg.gridDim = dim3(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
   cfg.blockDim = dim3(kCombineThreads);
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
@@ -640,8 +666,12 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
   cfg.numAttrs = 1;
   if (few)
     DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_few_kernel, p));
+  else if (parts == 4)
+    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel<4>, p));
+  else if (parts == 2)
+    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel<2>, p));
   else
-    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel, p));
+    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel<1>, p));
 }
 
 }  // namespace dsa::detail
