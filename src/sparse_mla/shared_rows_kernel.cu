@@ -315,11 +315,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     }
     tokens_of[j / 8] |= tokens << (4 * (j % 8));
   }
+  // A sorted key back to its cache row, shifted into the layout both paths read (row << 4 | low).
+  const auto row_word = [&](uint32_t key, uint32_t low) { return (((key >> kKeyShift) + row_lo) << kRowShift) | low; };
   const int num_entries = block_compact<kKeysPerThread, kThreads>(head, s_counts, [&](int rank, int j) {
     if (s_repeats) {
       s_entry[rank] = static_cast<uint16_t>(j * kThreads + tid);
     } else {  // every key was read before block_compact's barriers
-      s_words[rank] = (((keys[j] >> kKeyShift) + row_lo) << kRowShift) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
+      s_words[rank] = row_word(keys[j], (tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
       s_entry[rank] = static_cast<uint16_t>(rank);
     }
   });
@@ -329,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     for (int j = 0; j < kKeysPerThread; ++j) {
       const int i = j * kThreads + tid;
       if (i < kMaxKeys && keys[j] < invalid_key)
-        s_keys[i] = (((keys[j] >> kKeyShift) + row_lo) << kRowShift) | (keys[j] & kKeyToken);
+        s_keys[i] = row_word(keys[j], keys[j] & kKeyToken);
     }
   }
   if (tid == 0) s_entry[num_entries] = s_num_keys;
