@@ -51,6 +51,16 @@ enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFu
 // indices per 32 positions (one warp's ballot), and a split finds its rows from those counts.
 inline constexpr int kFusedChunkAlign = 32;
 
+// Whether a split-K plan can run fused rows: more than one split, a list one CTA reads whole
+// (topk <= SparseMlaPlan::kMaxChunk), and splits that start on kFusedChunkAlign boundaries.
+inline bool fused_rows_fit(int splits, int topk, int chunk) {
+  return splits > 1 && topk <= SparseMlaPlan::kMaxChunk && chunk % kFusedChunkAlign == 0;
+}
+
+// Index positions a split-K CTA compacts into shared memory: its chunk, or with fused rows the
+// token's whole list (what its shared memory is sized for).
+inline int splitk_listed_positions(int fused_rows, int topk, int chunk) { return fused_rows > 0 ? topk : chunk; }
+
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
 inline constexpr int kPlannerBlockKeys = 32;
 

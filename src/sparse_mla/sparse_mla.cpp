@@ -212,7 +212,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // alone. That CTA does no more tile work than any split of the plan, and the token needs no
   // partials and no merge: T=1 with 2 valid rows 9.0 -> 5.6 us, T=16 with 100 each 19.8 -> 14.0,
   // full lists unchanged (docs/perf.md runs 83-84).
-  const bool fusable = plan.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && plan.chunk % detail::kFusedChunkAlign == 0;
+  const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
   if (choice.fused_rows < -1 || choice.fused_rows > SparseMlaPlan::kMaxChunk)
     fail("fused_rows", "must be -1, 0 or in [1, " + std::to_string(SparseMlaPlan::kMaxChunk) + "], got " +
                            std::to_string(choice.fused_rows));
@@ -220,7 +220,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     fail("fused_rows", "needs splits > 1, topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " and a chunk of whole " +
                            std::to_string(detail::kFusedChunkAlign) + "-position groups");
   plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-  if (detail::splitk_smem_bytes(plan.block_keys, plan.fused_rows > 0 ? topk : plan.chunk) > dev.max_smem_per_block)
+  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows, topk, plan.chunk)) >
+      dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
   return plan;
@@ -273,8 +274,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
       static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
     fail("plan", "inconsistent (block_keys, splits, chunk)");
   if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk ||
-      (plan.fused_rows > 0 && (plan.splits == 1 || plan.topk > SparseMlaPlan::kMaxChunk ||
-                               plan.chunk % detail::kFusedChunkAlign != 0)))
+      (plan.fused_rows > 0 && !detail::fused_rows_fit(plan.splits, plan.topk, plan.chunk)))
     fail("plan", "inconsistent fused_rows");
   if (problem.num_tokens == 0) return;
   const size_t need = workspace_for(problem.num_tokens, problem.num_heads, plan.splits);

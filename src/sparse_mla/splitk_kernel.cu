@@ -114,6 +114,12 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   }
 }
 
+// Whether an index names a cache row ([0, num_rows)); -1 and out-of-range values do not. The
+// main kernel's compaction and the combine's fused-rows count must agree on it exactly.
+__device__ __forceinline__ bool names_a_row(int32_t index, int num_rows) {
+  return static_cast<unsigned>(index) < static_cast<unsigned>(num_rows);
+}
+
 // The dissection variants leave the tile loop early on purpose ("loop is not reachable").
 #pragma nv_diag_suppress 128
 // kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   // 3. Compact the valid indices of the list, keeping position order (deterministic).
   bool valid[kIdxPerThread];
 #pragma unroll
-  for (int j = 0; j < kIdxPerThread; ++j) valid[j] = static_cast<unsigned>(my_row[j]) < static_cast<unsigned>(p.num_rows);
+  for (int j = 0; j < kIdxPerThread; ++j) valid[j] = names_a_row(my_row[j], p.num_rows);
   const int nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
   __syncthreads();  // s_rows complete
   int row0 = 0, nvalid = nlisted;
@@ -444,7 +450,7 @@ __device__ __forceinline__ bool token_fused(const SparseMlaParams& p, int t) {
   }
   unsigned n = 0;
 #pragma unroll
-  for (int u = 0; u < kPer; ++u) n += static_cast<unsigned>(r[u]) < static_cast<unsigned>(p.num_rows) ? 1u : 0u;
+  for (int u = 0; u < kPer; ++u) n += names_a_row(r[u], p.num_rows) ? 1u : 0u;
   n = __reduce_add_sync(0xffffffffu, n);
   if (threadIdx.x % 32 == 0) s_warp_valid[threadIdx.x / 32] = static_cast<int>(n);
   __syncthreads();
@@ -611,7 +617,7 @@ template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage>;
-  const int smem = TileShape<BK, kStages>::smem_bytes(p.fused_rows > 0 ? p.topk : p.chunk);  // s_rows holds the list
+  const int smem = TileShape<BK, kStages>::smem_bytes(splitk_listed_positions(p.fused_rows, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
   int device = 0;
