@@ -91,7 +91,9 @@ struct SparseMlaPlan {
   // the others and the combine skip it). 0: off (splits == 1, topk > kMaxChunk, or a chunk
   // that is not a multiple of 32 positions).
   int fused_rows = 0;
-  size_t workspace_bytes = 0;  // fp32 partials; 0 when splits == 1
+  // split_k: fp32 partials, 0 when splits == 1; shared_rows: each 4-token group's row union
+  // (48 KB per group at topk 2048).
+  size_t workspace_bytes = 0;
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;
 };

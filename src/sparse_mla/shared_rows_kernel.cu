@@ -5,13 +5,15 @@
 // The split-K kernel gathers every (token, row) pair through L2 on its own and is bound by L2 in
 // prefill (docs/perf.md: its load stage alone takes ~1990 us at T = 4096). Here a row that several
 // of the CTA's tokens picked crosses L2 once and is read from shared memory once for all four:
-//   1. The 4 x topk indices become keys ((row - the CTA's lowest row) << 2 | token), sorted by
-//      cub::BlockRadixSort over the bits the CTA's row span needs. Each distinct row is one
-//      "union entry", in row order, so the result is deterministic. Without
-//      repeated (row, token) keys, the usual case, entry e becomes the word row << 4 | the bits
-//      of the tokens that list it, written over the keys. A token that lists a row k times has
-//      k keys and weight k in its softmax: then (per CTA) the entries stay positions of their
-//      first key and the scores warpgroup counts keys per tile.
+//   1. A first kernel (the union pass) turns each group's 4 x topk indices into keys
+//      ((row - the group's lowest row) << 2 | token), sorts them (cub::BlockRadixSort over the
+//      bits the group's row span needs) and writes the group's union to the workspace: each
+//      distinct row is one "union entry", in row order, so the result is deterministic. Without
+//      repeated (row, token) keys, the usual case, entry e is the word row << 4 | the bits of
+//      the tokens that list it. A token that lists a row k times has k keys and weight k in its
+//      softmax: then the record holds the keys and each entry's first key, and the scores
+//      warpgroup counts keys per tile. The main kernel loads Q, waits for the pass
+//      (programmatic dependent launch) and copies its group's record into shared memory.
 //   2. Three warpgroups split the work (FlashAttention-3's warp specialisation):
 //      - the scores warpgroup keeps Q[:, 0:384] of the 64 rows in registers (96 registers; the
 //        other 192 dims stay in shared memory) and for each tile of 32 entries computes
@@ -27,7 +29,7 @@
 //      mbarriers hand tiles and P over: every writing (or reading) thread arrives (release),
 //      the waiters acquire; compute-sanitizer's racecheck and synccheck follow that.
 //   3. Epilogue: normalise, stage the 64 x 512 bf16 tile in shared memory, write whole rows and
-//      the lse. One CTA owns its tokens' heads: no split, no combine, no workspace.
+//      the lse. One CTA owns its tokens' heads: no split, no combine.
 // The tensor cores compute every (query row, entry) pair, also those of entries another token
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
 // that is ~2.4x the useful MMA work, traded for 0.6x the L2 traffic and shared-memory reads
@@ -75,6 +77,11 @@
 //               Word path without the 0/1 weight multiply, key loads without an integer division
 //               (run 79): T = 4096 1891-1901 (1920-1923), T = 8192 2727-2728 (2762-2771), random
 //               T = 2048 1521-1529 (1547-1558).
+//   v7          the union built by a kernel of its own (512 threads, 2 CTAs per SM) instead of
+//               at the head of every main CTA (~21 us of setup there, one CTA per SM, ~8 waves
+//               at T = 4096): T = 4096 1818-1819 (1886-1913 in the same run, -4 %), T = 8192
+//               2605 (2740-2761, -5 %), T = 2048 989 (1030); the pass takes 111 us of that at
+//               T = 4096; the main CTA's setup is now 4.5 us (runs 94-95).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -104,7 +111,6 @@ constexpr int kTokens = kSharedRowsTokens;                   // tokens per CTA
 constexpr int kRows = kTokens * kHeadGroup;                  // 64 = wgmma M
 constexpr int kOutGroups = 2;                                // output warpgroups
 constexpr int kThreads = (1 + kOutGroups) * 128;             // warpgroup 0 computes the scores
-constexpr int kWarps = kThreads / 32;
 constexpr int kQkDim = kCkvDim + kKpeDim;                    // 576
 constexpr int kChunksPerRow = kQkDim * 2 / 16;               // 72 x 16 B
 constexpr int kCkvChunks = kCkvDim * 2 / 16;                 // 64
@@ -131,7 +137,6 @@ constexpr int kDimsPerGroup = kCkvDim / kOutGroups;          // 256 output dims 
 constexpr int kGroupCkvChunks = kCkvChunks / kOutGroups;     // 32: the ckv chunks an output warpgroup loads
 constexpr int kGroupKpeChunks = (kChunksPerRow - kCkvChunks) / kOutGroups;  // 4: and kpe chunks
 constexpr int kMaxKeys = kTokens * SparseMlaPlan::kMaxChunk;  // 8192
-constexpr int kKeysPerThread = (kMaxKeys + kThreads - 1) / kThreads;  // 22
 constexpr int kSAcc = kTileEntries / 2;                      // 16 accumulators of S per thread
 constexpr int kOAcc = kDimsPerGroup / 2;                     // 128 accumulators of O per thread
 constexpr int kStagedStride = kCkvDim + 8;                   // bf16 elements per staged output row
@@ -154,11 +159,6 @@ constexpr int kKeysOffset = kQSmemOffset + kQSmemBytes;
 constexpr int kEntriesOffset = kKeysOffset + kKeysBytes;
 constexpr int kHandoffOffset = (kEntriesOffset + kEntriesBytes + 127) / 128 * 128;  // P x 2, alpha x 2, 1/l
 constexpr int kSmemBytes = kHandoffOffset + 2 * kPBytes + 2 * kRows * 4 + kRows * 4 + 1024;
-using KeySort = cub::BlockRadixSort<uint32_t, kThreads, kKeysPerThread>;
-// The sort's scratch lies over the tiles behind the Q staging; the compaction's counts over P.
-constexpr int kSortOffset = kQStagingBytes;
-static_assert(kSortOffset + sizeof(typename KeySort::TempStorage) <= kStages * kTileBytes, "sort scratch fits the tiles");
-static_assert((kKeysPerThread * kWarps + 1) * 4 <= 2 * kPBytes, "compaction counts fit the P buffers");
 static_assert(kQStagingBytes <= kStages * kTileBytes, "Q staging fits the tiles");
 static_assert(kRows * kStagedStride * 2 <= kStages * kTileBytes, "output staging fits the tiles");
 static_assert(kTileEntries == 32, "P's swizzle assumes 4 chunks of 16 bytes per row");
@@ -184,6 +184,131 @@ enum SharedRowsTimeline {
 
 // kTimed builds the diagnostic variant that fills p.timeline. Its clocks cost registers, so it
 // records only the waits that matter (more spilled, since the entry words).
+// Pass 1, the union of each group's 4 index lists, written to the workspace for every head
+// group's CTA of the main kernel to copy (p.shared_rows_union, layout in params.h).
+//   The 4 x topk indices become keys ((row - the group's lowest row) << 2 | token), sorted by
+//   cub::BlockRadixSort over the bits the group's row span needs (the bench's prefill: 16 bits =
+//   4 radix passes instead of the 24 bits = 6 of its whole 541k-row cache; run 75). Each distinct
+//   row is one union entry, in row order, so the result is deterministic. Without repeated
+//   (row, token) keys, the usual case, entry e becomes the word row << 4 | the bits of the tokens
+//   that list it. A token that lists a row k times has k keys and weight k in its softmax: then
+//   the record holds the keys as row << 4 | token and each entry's first key, and the main
+//   kernel's scores warpgroup counts keys per tile.
+// This ran at the head of every main CTA until run 94 (~21 us of its ~250, one CTA per SM, so
+// ~8 waves of it at T = 4096). A kernel of its own runs two groups per SM, so their
+// latency-bound sorts overlap, and the main kernel's prologue (Q) starts under its tail.
+// Measured at T = 4096 (runs 94-95): 111 us for 512 threads x 16 keys or 384 x 22 (both two per
+// SM, 64 / 80 registers with ~150 bytes spilled), 148 us for 1024 x 8 (one per SM), 154 us for
+// 384 x 22 at one per SM, 168 us at three per SM (56 registers, 700 bytes spilled).
+constexpr int kUnionThreads = 512;
+constexpr int kUnionWarps = kUnionThreads / 32;
+constexpr int kUnionKeysPerThread = (kMaxKeys + kUnionThreads - 1) / kUnionThreads;
+constexpr int kUnionCtasPerSm = 2;
+using KeySort = cub::BlockRadixSort<uint32_t, kUnionThreads, kUnionKeysPerThread>;
+__global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_shared_rows_union_kernel(const SparseMlaParams p) {
+  __shared__ union {
+    typename KeySort::TempStorage sort;
+    uint32_t keys[kMaxKeys];  // sorted, once the sort's scratch is free
+  } s;
+  __shared__ int s_counts[kUnionKeysPerThread * kUnionWarps + 1];  // the compaction's heads per (item, warp)
+  __shared__ int s_num_keys;
+  __shared__ int s_repeats;                // some token lists some row twice
+  __shared__ int s_row_lo[kUnionWarps], s_row_hi[kUnionWarps];  // per warp: lowest and highest valid row
+  ptx::launch_dependents();  // the main kernel's CTAs may take SMs this pass leaves and load Q
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int t0 = blockIdx.x * kTokens;
+  uint8_t* record = p.shared_rows_union + blockIdx.x * p.union_stride;
+  uint32_t* g_words = reinterpret_cast<uint32_t*>(record + 16);  // entry words, or keys
+  uint16_t* g_entry = reinterpret_cast<uint16_t*>(record + 16 + (4 * static_cast<int64_t>(p.topk) + 32) * 4);
+
+  // Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token first;
+  // then the group's row span; then sorted as (row - lowest row) << 2 | token.
+  uint32_t keys[kUnionKeysPerThread];
+  const int num_positions = kTokens * p.topk;
+  int row_lo = INT_MAX, row_hi = -1;
+  const float inv_topk = 1.f / static_cast<float>(p.topk);
+#pragma unroll
+  for (int j = 0; j < kUnionKeysPerThread; ++j) {
+    const int q = j * kUnionThreads + tid;
+    // q / topk without an integer division per key: for q < 2^14 the float quotient is off by
+    // at most one, which the two fixes correct (checked exhaustively on the host for every
+    // topk <= 2048 and q < 2^14).
+    int g = static_cast<int>(static_cast<float>(q) * inv_topk), pos = q - g * p.topk;
+    if (pos < 0) --g, pos += p.topk;
+    if (pos >= p.topk) ++g, pos -= p.topk;
+    int row = -1;
+    if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
+    const bool valid = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows);
+    keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
+    row_lo = valid ? min(row_lo, row) : row_lo;
+    row_hi = valid ? max(row_hi, row) : row_hi;
+  }
+  row_lo = __reduce_min_sync(0xffffffffu, row_lo);
+  row_hi = __reduce_max_sync(0xffffffffu, row_hi);
+  if (lane == 0) s_row_lo[warp] = row_lo, s_row_hi[warp] = row_hi;
+  if (tid == 0) s_num_keys = 0, s_repeats = 0;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kUnionWarps; ++w) row_lo = min(row_lo, s_row_lo[w]), row_hi = max(row_hi, s_row_hi[w]);
+  const bool any_row = row_hi >= 0;
+  const uint32_t key_base = any_row ? static_cast<uint32_t>(row_lo) << kKeyShift : 0u;
+  const uint32_t invalid_key = any_row ? static_cast<uint32_t>(row_hi - row_lo + 1) << kKeyShift : 0u;  // above every valid key
+#pragma unroll
+  for (int j = 0; j < kUnionKeysPerThread; ++j) keys[j] = keys[j] == ~0u ? invalid_key : keys[j] - key_base;
+  const int end_bit = max(1, 32 - __clz(invalid_key));
+  KeySort(s.sort).SortBlockedToStriped(keys, 0, end_bit);
+  __syncthreads();  // the sort's scratch is free: the keys go over it
+#pragma unroll
+  for (int j = 0; j < kUnionKeysPerThread; ++j)
+    if (j * kUnionThreads + tid < kMaxKeys) s.keys[j * kUnionThreads + tid] = keys[j];
+  __syncthreads();  // sorted keys visible
+
+  // Union entries: the first key of each row, compacted in key order.
+  bool head[kUnionKeysPerThread];
+  uint32_t tokens_of[(kUnionKeysPerThread + 7) / 8] = {};  // 4 bits per key
+#pragma unroll
+  for (int j = 0; j < kUnionKeysPerThread; ++j) {
+    const int i = j * kUnionThreads + tid;
+    const bool valid = i < kMaxKeys && keys[j] < invalid_key;
+    const uint32_t row = keys[j] >> kKeyShift;  // minus row_lo
+    head[j] = valid && (i == 0 || (s.keys[i - 1] >> kKeyShift) != row);
+    if (valid && i > 0 && s.keys[i - 1] == keys[j]) s_repeats = 1;
+    if (valid && (i + 1 == kMaxKeys || s.keys[i + 1] >= invalid_key)) s_num_keys = i + 1;
+    // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
+    // end reads the last key, which is of this row or above it): branches here serialised them.
+    uint32_t tokens = 1u << (keys[j] & kKeyToken);
+#pragma unroll
+    for (int d = 1; d < kTokens; ++d) {
+      const uint32_t next = s.keys[min(i + d, kMaxKeys - 1)];
+      tokens |= (next >> kKeyShift) == row ? 1u << (next & kKeyToken) : 0u;
+    }
+    tokens_of[j / 8] |= tokens << (4 * (j % 8));
+  }
+  // A sorted key back to its cache row, shifted into the layout both paths read (row << 4 | low).
+  const auto row_word = [&](uint32_t key, uint32_t low) { return (((key >> kKeyShift) + row_lo) << kRowShift) | low; };
+  const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
+    if (s_repeats)
+      g_entry[rank] = static_cast<uint16_t>(j * kUnionThreads + tid);
+    else
+      g_words[rank] = row_word(keys[j], (tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
+  });
+  const bool words = !s_repeats;  // uniform over the CTA
+  if (!words) {  // the counting path reads keys as row << 4 | token
+#pragma unroll
+    for (int j = 0; j < kUnionKeysPerThread; ++j) {
+      const int i = j * kUnionThreads + tid;
+      if (i < kMaxKeys && keys[j] < invalid_key) g_words[i] = row_word(keys[j], keys[j] & kKeyToken);
+    }
+  }
+  if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
+    g_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
+  if (tid == 0) {
+    g_entry[num_entries] = static_cast<uint16_t>(s_num_keys);
+    *reinterpret_cast<int4*>(record) = make_int4(num_entries, s_num_keys, words ? 1 : 0, 0);
+  }
+}
+
 template <bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p) {
   extern __shared__ uint8_t smem_raw[];
@@ -192,12 +317,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   uint8_t* smem = smem_raw + (base - raw);
   const uint32_t sTiles = base + kTilesOffset, sQSmem = base + kQSmemOffset;
   uint32_t* s_keys = reinterpret_cast<uint32_t*>(smem + kKeysOffset);
-  uint32_t* s_words = s_keys;  // without repeated keys: entry words (row << 4 | tokens), over the keys
+  uint32_t* s_words = s_keys;  // the union pass's entry words (row << 4 | tokens), or its keys
   uint16_t* s_entry = reinterpret_cast<uint16_t*>(smem + kEntriesOffset);
   uint8_t* s_p = smem + kHandoffOffset;                                                  // [2][kRows x 64 B]
   float* s_alpha = reinterpret_cast<float*>(s_p + 2 * kPBytes);                          // [2][kRows]
   float* s_inv_l = s_alpha + 2 * kRows;                                                  // [kRows]
-  int* s_counts = reinterpret_cast<int*>(s_p);  // heads per (item, warp), then offsets
   // Hand-overs: every thread that wrote (or read) arrives with release semantics, the waiters
   // acquire. (One arrival per warp after __syncwarp measured the same speed, run 51, but
   // racecheck does not follow the ordering through __syncwarp.)
@@ -205,9 +329,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t p_full[2];           // P and alpha of tile j written (j % 2): 128 scores threads
   __shared__ uint64_t p_empty[2];          // P and alpha of tile j read: 256 output threads
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
-  __shared__ int s_num_keys;
-  __shared__ int s_repeats;                // some token lists some row twice
-  __shared__ int s_row_lo[kWarps], s_row_hi[kWarps];  // per warp: lowest and highest valid row
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -247,99 +368,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   }
   ptx::cp_async_commit();
 
-  // 2. Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token
-  //    first; then the CTA's row span; then sorted as (row - lowest row) << 2 | token over only
-  //    the bits that span needs (the bench's prefill: 16 bits = 4 radix passes instead of the 24
-  //    bits = 6 passes of its whole 541k-row cache): prefill -0.6 to -1.3 %, scattered rows
-  //    (random T = 2048) +0.4 % for the extra barrier (run 75).
-  uint32_t keys[kKeysPerThread];
-  const int num_positions = kTokens * p.topk;
-  int row_lo = INT_MAX, row_hi = -1;
-  const float inv_topk = 1.f / static_cast<float>(p.topk);
-#pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j) {
-    const int q = j * kThreads + tid;
-    // q / topk without an integer division per key: for q < 2^14 the float quotient is off by
-    // at most one, which the two fixes correct (checked exhaustively on the host for every
-    // topk <= 2048 and q < 2^14).
-    int g = static_cast<int>(static_cast<float>(q) * inv_topk), pos = q - g * p.topk;
-    if (pos < 0) --g, pos += p.topk;
-    if (pos >= p.topk) ++g, pos -= p.topk;
-    int row = -1;
-    if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
-    const bool valid = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows);
-    keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
-    row_lo = valid ? min(row_lo, row) : row_lo;
-    row_hi = valid ? max(row_hi, row) : row_hi;
-  }
-  row_lo = __reduce_min_sync(0xffffffffu, row_lo);
-  row_hi = __reduce_max_sync(0xffffffffu, row_hi);
-  if (lane == 0) s_row_lo[warp] = row_lo, s_row_hi[warp] = row_hi;
-  if (tid == 0) s_num_keys = 0, s_repeats = 0;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) row_lo = min(row_lo, s_row_lo[w]), row_hi = max(row_hi, s_row_hi[w]);
-  const bool any_row = row_hi >= 0;
-  const uint32_t key_base = any_row ? static_cast<uint32_t>(row_lo) << kKeyShift : 0u;
-  const uint32_t invalid_key = any_row ? static_cast<uint32_t>(row_hi - row_lo + 1) << kKeyShift : 0u;  // above every valid key
-#pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j) keys[j] = keys[j] == ~0u ? invalid_key : keys[j] - key_base;
-  const int end_bit = max(1, 32 - __clz(invalid_key));
-  KeySort(*reinterpret_cast<typename KeySort::TempStorage*>(smem + kTilesOffset + kSortOffset)).SortBlockedToStriped(keys, 0, end_bit);
-#pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j)
-    if (j * kThreads + tid < kMaxKeys) s_keys[j * kThreads + tid] = keys[j];
-  __syncthreads();  // sorted keys visible; the sort's scratch is free
-
-  // Union entries: the first key of each row, compacted in key order. Unless a token lists a row
-  // twice (then weights are counts, found per tile from the keys: the general path), each entry
-  // also becomes one word, row << 4 | the tokens that list it, written over the keys: the
-  // scores warpgroup then reads its weights with one load per tile, and the gathers their rows.
-  bool head[kKeysPerThread];
-  uint32_t tokens_of[(kKeysPerThread + 7) / 8] = {};  // 4 bits per key (registers are short here)
-#pragma unroll
-  for (int j = 0; j < kKeysPerThread; ++j) {
-    const int i = j * kThreads + tid;
-    const bool valid = i < kMaxKeys && keys[j] < invalid_key;
-    const uint32_t row = keys[j] >> kKeyShift;  // minus row_lo
-    head[j] = valid && (i == 0 || (s_keys[i - 1] >> kKeyShift) != row);
-    if (valid && i > 0 && s_keys[i - 1] == keys[j]) s_repeats = 1;
-    if (valid && (i + 1 == kMaxKeys || s_keys[i + 1] >= invalid_key)) s_num_keys = i + 1;
-    // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
-    // end reads the last key, which is of this row or above it): branches here serialised them.
-    uint32_t tokens = 1u << (keys[j] & kKeyToken);
-#pragma unroll
-    for (int d = 1; d < kTokens; ++d) {
-      const uint32_t next = s_keys[min(i + d, kMaxKeys - 1)];
-      tokens |= (next >> kKeyShift) == row ? 1u << (next & kKeyToken) : 0u;
+  // 2. The group's union from the pass before (sparse_mla_shared_rows_union_kernel): entry words,
+  //    or keys and each entry's first key, into the same shared memory the loop reads.
+  ptx::wait_prerequisites();
+  const uint8_t* record = p.shared_rows_union + (t0 / kTokens) * p.union_stride;
+  const int4 header = *reinterpret_cast<const int4*>(record);  // entries, keys, words
+  const int num_entries = header.x;
+  const bool words = header.z != 0;  // uniform over the CTA
+  {
+    const int num_u32 = words ? (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries : header.y;
+    const uint32_t s_keys_addr = ptx::smem_addr(s_keys), s_entry_addr = ptx::smem_addr(s_entry);
+    const uint8_t* g_words = record + 16;
+    const uint8_t* g_entry = g_words + (4 * static_cast<int64_t>(p.topk) + 32) * 4;
+    for (int c = tid; c < (num_u32 + 3) / 4; c += kThreads) ptx::cp_async_16(s_keys_addr + 16 * c, g_words + 16 * c, 16u);
+    if (!words) {
+      for (int c = tid; c < (num_entries + 1 + 7) / 8; c += kThreads) ptx::cp_async_16(s_entry_addr + 16 * c, g_entry + 16 * c, 16u);
+    } else {
+      for (int e = tid; e < num_entries; e += kThreads) s_entry[e] = static_cast<uint16_t>(e);  // entry e is word e
     }
-    tokens_of[j / 8] |= tokens << (4 * (j % 8));
+    ptx::cp_async_commit();
   }
-  // A sorted key back to its cache row, shifted into the layout both paths read (row << 4 | low).
-  const auto row_word = [&](uint32_t key, uint32_t low) { return (((key >> kKeyShift) + row_lo) << kRowShift) | low; };
-  const int num_entries = block_compact<kKeysPerThread, kThreads>(head, s_counts, [&](int rank, int j) {
-    if (s_repeats) {
-      s_entry[rank] = static_cast<uint16_t>(j * kThreads + tid);
-    } else {  // every key was read before block_compact's barriers
-      s_words[rank] = row_word(keys[j], (tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
-      s_entry[rank] = static_cast<uint16_t>(rank);
-    }
-  });
-  const bool words = !s_repeats;  // uniform over the CTA
-  if (!words) {  // the counting path reads keys as row << 4 | token (every key was read above)
-#pragma unroll
-    for (int j = 0; j < kKeysPerThread; ++j) {
-      const int i = j * kThreads + tid;
-      if (i < kMaxKeys && keys[j] < invalid_key)
-        s_keys[i] = row_word(keys[j], keys[j] & kKeyToken);
-    }
-  }
-  if (tid == 0) s_entry[num_entries] = s_num_keys;
-  if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
-    s_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
   ptx::cp_async_wait<0>();
   wgmma::fence_proxy_async_smem();  // Q's shared-memory blocks are read by wgmma
-  __syncthreads();  // entries, Q and the mbarriers visible; the counts' space becomes P
+  __syncthreads();  // entries, Q and the mbarriers visible
   const int num_tiles = (num_entries + kTileEntries - 1) / kTileEntries;
   if (kTimed && tid == 0) timeline[kTlSetup] = clock64() - clock_entry;
 
@@ -625,9 +676,22 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
     DSA_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_shared_rows_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     if (device < 64) configured[device] = true;
   }
-  const int64_t ctas = (int64_t)(p.num_tokens + kTokens - 1) / kTokens * (p.num_heads / kHeadGroup);
+  const int64_t groups = (int64_t)(p.num_tokens + kTokens - 1) / kTokens;
+  sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
+  DSA_CUDA_CHECK(cudaGetLastError());
+  // The main kernel waits for the union pass with griddepcontrol.wait, after loading Q.
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(groups * (p.num_heads / kHeadGroup)));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kSmemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
   auto* kernel = p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true> : sparse_mla_shared_rows_kernel<false>;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream>>>(p);
+  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -172,7 +172,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.splits = 1;
     plan.chunk = topk;
     plan.ctas = launch_ctas(shared_rows_ctas);
-    plan.workspace_bytes = 0;
+    plan.workspace_bytes = detail::shared_rows_workspace_bytes(num_tokens, topk);  // each group's union
     return plan;
   }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
@@ -264,7 +264,12 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     if (!cache_limit.empty()) fail("plan", cache_limit);
     if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
     if (problem.num_tokens == 0) return;
+    const size_t need = detail::shared_rows_workspace_bytes(problem.num_tokens, problem.topk);
+    if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
+    require_pointer(workspace, "workspace", 16);
     detail::SparseMlaParams k = make_params(problem);
+    k.shared_rows_union = static_cast<uint8_t*>(workspace);
+    k.union_stride = detail::shared_rows_union_stride(problem.topk);
     k.timeline = timeline;
     launch_sparse_mla_shared_rows(k, stream);
     return;

@@ -31,7 +31,11 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
           EXPECT_EQ(p.splits, 1);
         }
-        const size_t ws = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
+        // Split-K: fp32 partials per split; shared rows: a union record per 4 tokens (48 KB at topk 2048).
+        const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
+        const size_t ws = p.kernel == SparseMlaKernel::shared_rows ? (size_t(T) + 3) / 4 * union_bytes
+                          : p.splits > 1                           ? size_t(T) * H * p.splits * (512 + 1) * 4
+                                                                   : 0;
         EXPECT_EQ(p.workspace_bytes, ws);
         // Fused rows exactly where the kernel can count a whole list and find split starts.
         const bool fusable = p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
@@ -82,7 +86,8 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   // 512, 1024, 2048 CTAs of 4 tokens on 132 SMs: >= 90 % of whole waves.
   for (int T : {2048, 4096, 8192}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).ctas, 1024);
-  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, 0u);
+  // One union record per group of 4 tokens: 16-byte header, 8224 words, 8200 entries, 128-byte aligned.
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, size_t(1024) * 49408);
   // Decode sizes (T < 2048, even where the waves would be full: 512, 1024), 2200 tokens (550
   // CTAs = 4.2 waves, 83 %), other head counts, topk > 2048: split-K.
   for (int T : {1, 64, 256, 512, 1024, 2047, 2200}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
@@ -105,7 +110,7 @@ TEST(Planner, SharedRowsWhenForced) {
   const SparseMlaPlan small = plan_sparse_mla(5, 32, 63, kH100, forced);
   EXPECT_EQ(small.kernel, SparseMlaKernel::shared_rows);
   EXPECT_EQ(small.ctas, 2 * 2);
-  EXPECT_EQ(small.workspace_bytes, 0u);
+  EXPECT_EQ(small.workspace_bytes, size_t(2) * ((16 + (4 * 63 + 32) * 4 + (4 * 63 + 8) * 2 + 127) / 128 * 128));
   EXPECT_THROW(plan_sparse_mla(5, 16, 2049, kH100, forced), Error);
   // 2^31 - 1 tokens x 8 head groups / 4 tokens per CTA: more CTAs than one launch takes.
   EXPECT_THROW(plan_sparse_mla(std::numeric_limits<int>::max(), 128, 2048, kH100, forced), Error);

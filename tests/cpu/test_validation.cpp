@@ -93,6 +93,28 @@ TEST(Validate, SharedRowsRefusesRowStridesOf2To31) {
   }
 }
 
+// The shared-rows plan's workspace holds each 4-token group's union (written by its first
+// kernel, read by the second): too small or missing is refused by name before any launch.
+TEST(Validate, SharedRowsForwardNeedsItsWorkspace) {
+  Buffers b;
+  const SparseMlaProblem p = good(b);
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  const SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, forced);
+  ASSERT_GT(plan.workspace_bytes, 0u);
+  const auto error_of = [&](void* ws, size_t bytes) {
+    try {
+      sparse_mla_forward(p, plan, ws, bytes, nullptr);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(b.big.data(), plan.workspace_bytes - 1).find("workspace_bytes"), std::string::npos);
+  EXPECT_NE(error_of(nullptr, plan.workspace_bytes).find("workspace"), std::string::npos);
+  EXPECT_NE(error_of(b.big.data() + 1, plan.workspace_bytes).find("workspace"), std::string::npos);  // misaligned
+}
+
 // A hand-edited plan whose fused-rows threshold the kernel cannot honour is refused by name.
 TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   Buffers b;

@@ -119,6 +119,7 @@ Agreement forward_and_judge(DeviceProblem& d, const SparseMlaProblem& p, const S
                             const std::vector<double>& ref_out, const std::vector<double>& ref_lse) {
   d.poison();
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+  EXPECT_EQ(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes), cudaSuccess);  // nothing may be read before it is written
   sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return judge(d, ref_out, ref_lse);

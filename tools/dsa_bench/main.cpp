@@ -274,7 +274,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.ok = res.vs_gpu_ref.ok() && (!res.cpu_checked || res.vs_cpu_ref.ok());
 
   // Time the kernel, then the gather floor (best block split) with the same timer.
-  const int kernels = res.plan.splits > 1 ? 2 : 1;
+  // Split-K: main + combine when splits > 1; shared rows: union pass + main.
+  const int kernels = res.plan.splits > 1 || res.plan.kernel == SparseMlaKernel::shared_rows ? 2 : 1;
   // --warm-code: the same plan on a one-page cache with its own q, indices, out and workspace,
   // launched after each flush: the timed call then finds its kernels' instructions cached but
   // none of its data.
@@ -381,7 +382,7 @@ void print_stage_table(const std::vector<Result>& results, FILE* f) {
 
 void print_table(const std::vector<Result>& results, FILE* f) {
   std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
-               "verify", "rel_l2", "lse_err", "kernel us (range)", "main+combine", "gather us", "ratio", "GB/s", "TFLOP/s",
+               "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "GB/s", "TFLOP/s",
                "target");
   for (const Result& r : results) {
     char plan[32], range[48], parts[48] = "-";
@@ -627,8 +628,9 @@ int run_inspect(const Options& o, int tokens_shown) {
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
     if (plan.kernel == SparseMlaKernel::shared_rows) {
-      std::printf("planner (%s): shared-rows kernel, %d CTAs of %d tokens, %d-entry union tiles\n", dev_name.c_str(),
-                  plan.ctas, detail::kSharedRowsTokens, plan.block_keys);
+      std::printf("planner (%s): shared-rows kernel, a union pass then %d CTAs of %d tokens, %d-entry union tiles, "
+                  "workspace %zu bytes\n",
+                  dev_name.c_str(), plan.ctas, detail::kSharedRowsTokens, plan.block_keys, plan.workspace_bytes);
       continue;
     }
     std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
