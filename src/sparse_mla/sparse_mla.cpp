@@ -148,12 +148,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   PlanChoice::Kernel choice_kernel = choice.kernel;
   // Shared rows (4 tokens per CTA, 16 heads; shared_rows_kernel.cu) when forced, or by the
   // planner for 16 heads at prefill sizes (T >= 2048) when its CTAs fill whole waves: each CTA
-  // runs for its 4 tokens' whole index lists (~250 us at topk 2048), so a partial last wave
-  // costs a full CTA time. Measured on the H100 (docs/perf.md runs 54, 57): prefill T=2048 /
-  // 4096 / 8192 -2 / -8 / -21 % vs split-K; random T=512 / 1024 at 1.01 / 1.02x the gather
-  // floor (split-K 1.09x) but T=1024 of unrelated contiguous runs (decode, short contexts)
-  // +31 %: tokens that share no rows pay its sort and 4x masked MMA work. The planner sees no
-  // indices, so it keeps split-K below prefill sizes; T=256 (64 CTAs) would be +75 %.
+  // runs for its 4 tokens' whole index lists (~230 us at topk 2048), so a partial last wave
+  // costs a full CTA time. Measured on the H100 (docs/perf.md runs 54, 57, 98): prefill T=2048 /
+  // 4096 / 8192 -9 / -17 / -32 % vs split-K; random T=1024 / 2048 at 0.97x the gather floor
+  // (split-K 1.08x) but T=1024 of unrelated contiguous runs (decode, short contexts) +32 %:
+  // tokens that share no rows pay 4x masked MMA work, in groups of uneven size. The planner
+  // sees no indices, so it keeps split-K below prefill sizes; T=256 (64 CTAs) would be +75 %.
   const int64_t shared_rows_ctas = ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
