@@ -4,8 +4,9 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
 
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include "dsa/error.h"
 
@@ -30,6 +31,25 @@ void raise_smem_limit_once(int bytes) {
   if (bit != 0 && (configured.load(std::memory_order_relaxed) & bit)) return;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   configured.fetch_or(bit, std::memory_order_relaxed);
+}
+
+// Launches `kernel` with programmatic dependent launch: its CTAs may start before the previous
+// kernel in `stream` ends, so it must call griddepcontrol.wait (ptx::wait_prerequisites) before
+// reading anything that kernel writes.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                      Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 }  // namespace dsa::detail

@@ -668,31 +668,14 @@ int shared_rows_smem_bytes() { return kSmemBytes; }
 
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
-  static thread_local bool configured[64] = {};
-  int device = 0;
-  DSA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= 64 || !configured[device]) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_shared_rows_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(sparse_mla_shared_rows_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    if (device < 64) configured[device] = true;
-  }
+  raise_smem_limit_once<sparse_mla_shared_rows_kernel<false>>(kSmemBytes);
+  raise_smem_limit_once<sparse_mla_shared_rows_kernel<true>>(kSmemBytes);
   const int64_t groups = (int64_t)(p.num_tokens + kTokens - 1) / kTokens;
   sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
   // The main kernel waits for the union pass with griddepcontrol.wait, after loading Q.
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(groups * (p.num_heads / kHeadGroup)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kSmemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
   auto* kernel = p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true> : sparse_mla_shared_rows_kernel<false>;
-  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-  DSA_CUDA_CHECK(cudaGetLastError());
+  launch_dependent(kernel, dim3(static_cast<unsigned>(groups * (p.num_heads / kHeadGroup))), dim3(kThreads), kSmemBytes, stream, p);
 }
 
 }  // namespace dsa::detail

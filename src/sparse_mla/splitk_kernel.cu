@@ -661,23 +661,12 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
   const bool few = p.splits <= kFewSplits;
   const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
-  cfg.blockDim = dim3(kCombineThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (few)
-    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_few_kernel, p));
-  else if (parts == 4)
-    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel<4>, p));
-  else if (parts == 2)
-    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel<2>, p));
-  else
-    DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, sparse_mla_combine_many_kernel<1>, p));
+  const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
+  auto* combine = few ? sparse_mla_combine_few_kernel
+                  : parts == 4 ? sparse_mla_combine_many_kernel<4>
+                  : parts == 2 ? sparse_mla_combine_many_kernel<2>
+                               : sparse_mla_combine_many_kernel<1>;
+  launch_dependent(combine, grid, dim3(kCombineThreads), 0, stream, p);
 }
 
 }  // namespace dsa::detail
