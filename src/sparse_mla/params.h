@@ -33,8 +33,7 @@ struct SparseMlaParams {
   int fused_rows;        // > 0: every CTA reads the token's whole index list (SparseMlaPlan::fused_rows)
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
-  uint8_t* shared_rows_union;  // shared-rows: one record per group of 4 tokens, union_stride bytes apart
-  int64_t union_stride;        // shared_rows_union_stride(topk)
+  uint8_t* shared_rows_union;  // shared-rows: one record per group of 4 tokens, shared_rows_union_stride(topk) bytes apart
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
@@ -79,8 +78,13 @@ inline constexpr int kSharedRowsMinTokens = 2048;
 // kSharedRowsTokens tokens, which all head groups' CTAs of that group read: a 16-byte header
 // (union entries, keys, whether entries are words), then 4 topk + 32 uint32 (entry words padded
 // to whole tiles, or the sorted keys), then 4 topk + 8 uint16 (each entry's first key, + end).
-inline int64_t shared_rows_union_stride(int topk) {
-  const int64_t bytes = 16 + (4 * int64_t{topk} + 32) * 4 + (4 * int64_t{topk} + 8) * 2;
+// The host sizes the workspace and both kernels find the parts with these three.
+inline constexpr int kSharedRowsUnionHeaderBytes = 16;
+__host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
+  return kSharedRowsUnionHeaderBytes + (4 * int64_t{topk} + 32) * 4;
+}
+__host__ __device__ inline int64_t shared_rows_union_stride(int topk) {
+  const int64_t bytes = shared_rows_union_entries_offset(topk) + (4 * int64_t{topk} + 8) * 2;
   return (bytes + 127) / 128 * 128;
 }
 inline size_t shared_rows_workspace_bytes(int num_tokens, int topk) {

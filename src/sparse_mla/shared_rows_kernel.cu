@@ -173,7 +173,7 @@ __device__ __forceinline__ uint32_t p_offset(int r, int c) {
 // keep the caller's -1.
 enum SharedRowsTimeline {
   kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
-  kTlSetup = 1,        // cycles since entry: keys sorted, union compacted, Q landed
+  kTlSetup = 1,        // cycles since entry: the union pass's record copied, Q landed
   kTlScoresTile = 2,   // not recorded (the scores waiting for tiles: 4-5 % of the loop, runs 59-61)
   kTlScoresPEmpty = 3, // not recorded (waiting for a P buffer to be read: 2.7 % of the loop, run 59)
   kTlOutputLoads = 4,  // not recorded (waiting for its own gathers: 0.3 % of the loop, run 59)
@@ -218,9 +218,9 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int t0 = blockIdx.x * kTokens;
-  uint8_t* record = p.shared_rows_union + blockIdx.x * p.union_stride;
-  uint32_t* g_words = reinterpret_cast<uint32_t*>(record + 16);  // entry words, or keys
-  uint16_t* g_entry = reinterpret_cast<uint16_t*>(record + 16 + (4 * static_cast<int64_t>(p.topk) + 32) * 4);
+  uint8_t* record = p.shared_rows_union + blockIdx.x * shared_rows_union_stride(p.topk);
+  uint32_t* g_words = reinterpret_cast<uint32_t*>(record + kSharedRowsUnionHeaderBytes);  // entry words, or keys
+  uint16_t* g_entry = reinterpret_cast<uint16_t*>(record + shared_rows_union_entries_offset(p.topk));
 
   // Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token first;
   // then the group's row span; then sorted as (row - lowest row) << 2 | token.
@@ -371,15 +371,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   // 2. The group's union from the pass before (sparse_mla_shared_rows_union_kernel): entry words,
   //    or keys and each entry's first key, into the same shared memory the loop reads.
   ptx::wait_prerequisites();
-  const uint8_t* record = p.shared_rows_union + (t0 / kTokens) * p.union_stride;
+  const uint8_t* record = p.shared_rows_union + (t0 / kTokens) * shared_rows_union_stride(p.topk);
   const int4 header = *reinterpret_cast<const int4*>(record);  // entries, keys, words
   const int num_entries = header.x;
   const bool words = header.z != 0;  // uniform over the CTA
   {
     const int num_u32 = words ? (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries : header.y;
     const uint32_t s_keys_addr = ptx::smem_addr(s_keys), s_entry_addr = ptx::smem_addr(s_entry);
-    const uint8_t* g_words = record + 16;
-    const uint8_t* g_entry = g_words + (4 * static_cast<int64_t>(p.topk) + 32) * 4;
+    const uint8_t* g_words = record + kSharedRowsUnionHeaderBytes;
+    const uint8_t* g_entry = record + shared_rows_union_entries_offset(p.topk);
     for (int c = tid; c < (num_u32 + 3) / 4; c += kThreads) ptx::cp_async_16(s_keys_addr + 16 * c, g_words + 16 * c, 16u);
     if (!words) {
       for (int c = tid; c < (num_entries + 1 + 7) / 8; c += kThreads) ptx::cp_async_16(s_entry_addr + 16 * c, g_entry + 16 * c, 16u);

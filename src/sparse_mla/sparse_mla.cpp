@@ -129,6 +129,12 @@ void validate(const SparseMlaProblem& p) {
   require_disjoint("lse", 1, {{s.lse_t, p.num_tokens}, {1, p.num_heads}});
 }
 
+// The caller's workspace for a plan that needs `need` bytes: at least that many, 16-byte aligned.
+static void require_workspace(const void* workspace, size_t workspace_bytes, size_t need) {
+  if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
+  if (need > 0) require_pointer(workspace, "workspace", 16);
+}
+
 // A plan's CTA count, which one launch (an int grid) must hold.
 static int launch_ctas(int64_t ctas) {
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
@@ -264,12 +270,9 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     if (!cache_limit.empty()) fail("plan", cache_limit);
     if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
     if (problem.num_tokens == 0) return;
-    const size_t need = detail::shared_rows_workspace_bytes(problem.num_tokens, problem.topk);
-    if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
-    require_pointer(workspace, "workspace", 16);
+    require_workspace(workspace, workspace_bytes, detail::shared_rows_workspace_bytes(problem.num_tokens, problem.topk));
     detail::SparseMlaParams k = make_params(problem);
     k.shared_rows_union = static_cast<uint8_t*>(workspace);
-    k.union_stride = detail::shared_rows_union_stride(problem.topk);
     k.timeline = timeline;
     launch_sparse_mla_shared_rows(k, stream);
     return;
@@ -282,9 +285,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
       (plan.fused_rows > 0 && !detail::fused_rows_fit(plan.splits, plan.topk, plan.chunk)))
     fail("plan", "inconsistent fused_rows");
   if (problem.num_tokens == 0) return;
-  const size_t need = workspace_for(problem.num_tokens, problem.num_heads, plan.splits);
-  if (workspace_bytes < need) fail("workspace_bytes", "is " + std::to_string(workspace_bytes) + ", plan needs " + std::to_string(need));
-  if (need > 0) require_pointer(workspace, "workspace", 16);
+  require_workspace(workspace, workspace_bytes, workspace_for(problem.num_tokens, problem.num_heads, plan.splits));
   detail::SparseMlaParams k = make_params(problem);
   k.block_keys = plan.block_keys;
   k.splits = plan.splits;
