@@ -86,13 +86,15 @@ struct SparseMlaPlan {
   int splits = 0;        // index chunks per token; > 1 adds a combine kernel
   int chunk = 0;         // index positions per split (<= kMaxChunk)
   int ctas = 0;          // blocks of the main kernel
+  int launches = 0;      // kernels one forward call launches, in stream order (profilers group by it):
+                         // split_k 1, + 1 combine when splits > 1; shared_rows 3 (union, order, main)
   // split_k with splits > 1: a token with at most this many valid indices is finished by its
   // first split alone, with no merge (each CTA counts the token's valid indices on the device;
   // the others and the combine skip it). 0: off (splits == 1, topk > kMaxChunk, or a chunk
   // that is not a multiple of 32 positions).
   int fused_rows = 0;
   // split_k: fp32 partials, 0 when splits == 1; shared_rows: each 4-token group's row union
-  // (48 KB per group at topk 2048).
+  // (48 KB per group at topk 2048), its size and the order the groups run in.
   size_t workspace_bytes = 0;
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;

@@ -78,7 +78,9 @@ inline constexpr int kSharedRowsMinTokens = 2048;
 // kSharedRowsTokens tokens, which all head groups' CTAs of that group read: a 16-byte header
 // (union entries, keys, whether entries are words), then 4 topk + 32 uint32 (entry words padded
 // to whole tiles, or the sorted keys), then 4 topk + 8 uint16 (each entry's first key, + end).
-// The host sizes the workspace and both kernels find the parts with these three.
+// After the records, one int per group: its union's entries again; then one int per group: the
+// order the main kernel's CTAs take the groups in (the order pass writes it from the sizes).
+// The host sizes the workspace and the kernels find the parts with these functions.
 inline constexpr int kSharedRowsUnionHeaderBytes = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (4 * int64_t{topk} + 32) * 4;
@@ -87,8 +89,20 @@ __host__ __device__ inline int64_t shared_rows_union_stride(int topk) {
   const int64_t bytes = shared_rows_union_entries_offset(topk) + (4 * int64_t{topk} + 8) * 2;
   return (bytes + 127) / 128 * 128;
 }
+__host__ __device__ inline int64_t shared_rows_groups(int num_tokens) {
+  return (int64_t{num_tokens} + kSharedRowsTokens - 1) / kSharedRowsTokens;
+}
+__host__ __device__ inline int64_t shared_rows_group_ints_bytes(int num_tokens) {  // an int per group, 16-byte rounded
+  return (shared_rows_groups(num_tokens) * 4 + 15) / 16 * 16;
+}
+__host__ __device__ inline int64_t shared_rows_union_sizes_offset(int num_tokens, int topk) {
+  return shared_rows_groups(num_tokens) * shared_rows_union_stride(topk);
+}
+__host__ __device__ inline int64_t shared_rows_order_offset(int num_tokens, int topk) {
+  return shared_rows_union_sizes_offset(num_tokens, topk) + shared_rows_group_ints_bytes(num_tokens);
+}
 inline size_t shared_rows_workspace_bytes(int num_tokens, int topk) {
-  return static_cast<size_t>((int64_t{num_tokens} + kSharedRowsTokens - 1) / kSharedRowsTokens * shared_rows_union_stride(topk));
+  return static_cast<size_t>(shared_rows_order_offset(num_tokens, topk) + shared_rows_group_ints_bytes(num_tokens));
 }
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;

@@ -12,8 +12,10 @@
 //      repeated (row, token) keys, the usual case, entry e is the word row << 4 | the bits of
 //      the tokens that list it. A token that lists a row k times has k keys and weight k in its
 //      softmax: then the record holds the keys and each entry's first key, and the scores
-//      warpgroup counts keys per tile. The main kernel loads Q, waits for the pass
-//      (programmatic dependent launch) and copies its group's record into shared memory.
+//      warpgroup counts keys per tile. A one-CTA order pass then lists the groups by union size,
+//      largest first. The main kernel waits for both (programmatic dependent launch), takes the
+//      group its rank names (a decode batch's groups differ up to 8x in work), loads Q and
+//      copies the group's record into shared memory.
 //   2. Three warpgroups split the work (FlashAttention-3's warp specialisation):
 //      - the scores warpgroup keeps Q[:, 0:384] of the 64 rows in registers (96 registers; the
 //        other 192 dims stay in shared memory) and for each tile of 32 entries computes
@@ -82,13 +84,22 @@
 //               at T = 4096): T = 4096 1818-1819 (1886-1913 in the same run, -4 %), T = 8192
 //               2605 (2740-2761, -5 %), T = 2048 989 (1030); the pass takes 111 us of that at
 //               T = 4096; the main CTA's setup is now 4.5 us (runs 94-95).
+//   v8          groups taken largest union first, from an order pass between the two (was: last
+//               tokens first, right for prefill only): runs of 1-2048 rows (decode batches)
+//               T = 768 / 1024 / 2048 387-389 / 454-456 / 882-886 us (532-535 / 633 / 1064-1065
+//               in the same run, -17 to -28 %); prefill T = 2048 / 4096 / 8192 +0.7-1.5 %, random
+//               T = 1024 +0.9 % (the order pass and the order read before Q, run 104). The same
+//               order computed at the head of every main CTA cost 2.7 us of setup (run 103).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
 // The planner picks this kernel for 16 heads at T >= 2048 when its CTAs fill whole waves
 // (sparse_mla.cpp): tokens that share no rows (decode batches) pay the sort and 4x masked MMA
-// work, e.g. T = 1024 of contiguous runs 633 vs split-K 484 us (run 57).
+// work. Since v8 it wins on runs of 1-2048 rows at T >= 1024 and on full random lists, but
+// loses to split-K on short lists of equal length (the union pass sorts 4 x topk keys whatever
+// their number: T = 4096 with 16 / 300 / 1000 rows per token 215 / 656 / 1652 us vs split-K
+// 110 / 549 / 1591, run 105).
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -196,7 +207,7 @@ enum SharedRowsTimeline {
 //   kernel's scores warpgroup counts keys per tile.
 // This ran at the head of every main CTA until run 94 (~21 us of its ~250, one CTA per SM, so
 // ~8 waves of it at T = 4096). A kernel of its own runs two groups per SM, so their
-// latency-bound sorts overlap, and the main kernel's prologue (Q) starts under its tail.
+// latency-bound sorts overlap.
 // Measured at T = 4096 (runs 94-95): 111 us for 512 threads x 16 keys or 384 x 22 (both two per
 // SM, 64 / 80 registers with ~150 bytes spilled), 148 us for 1024 x 8 (one per SM), 154 us for
 // 384 x 22 at one per SM, 168 us at three per SM (56 registers, 700 bytes spilled).
@@ -306,6 +317,74 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   if (tid == 0) {
     g_entry[num_entries] = static_cast<uint16_t>(s_num_keys);
     *reinterpret_cast<int4*>(record) = make_int4(num_entries, s_num_keys, words ? 1 : 0, 0);
+    reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk))[blockIdx.x] = num_entries;
+  }
+}
+
+// Pass 2, the order the main kernel's CTAs take the groups in (one CTA): by union size, largest
+// first, so that a long group never starts last (longest-processing-time-first list scheduling;
+// CTAs start in blockIdx order). Decode batches have unions of very different sizes (4 tokens x
+// 1-2048 rows each): T = 1024 of contiguous runs went from 627-634 to 453-455 us (run 101).
+// Sizes are quantised to kSizeBuckets; within a bucket later groups come first, which in prefill
+// see longer contexts. A counting sort, deterministic: a histogram, its scan from the largest
+// bucket down, then the groups placed in chunks of one per thread, ranked within the chunk by
+// warp (match_any) and across warps by a scan per bucket.
+// Computed at the head of every main CTA instead (run 102), the same order cost 2.7 us of setup
+// per CTA, +1.5-2.8 % at prefill.
+constexpr int kOrderThreads = 1024;
+constexpr int kOrderWarps = kOrderThreads / 32;
+constexpr int kSizeBuckets = 64;
+__global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_kernel(const SparseMlaParams p) {
+  __shared__ int s_next[kSizeBuckets];                    // next position of each bucket
+  __shared__ int s_count[kOrderWarps][kSizeBuckets];      // row 0: the histogram; then per (warp, bucket)
+  ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
+  ptx::wait_prerequisites();  // the union pass's sizes
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int num_groups = static_cast<int>(shared_rows_groups(p.num_tokens));
+  const int* sizes = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk));
+  int* order = reinterpret_cast<int*>(p.shared_rows_union + shared_rows_order_offset(p.num_tokens, p.topk));
+  const int max_entries = kTokens * p.topk;
+  const auto bucket_of = [&](int g) { return sizes[g] * kSizeBuckets / (max_entries + 1); };
+  int* s_flat = &s_count[0][0];
+
+  for (int i = tid; i < kOrderWarps * kSizeBuckets; i += kOrderThreads) s_flat[i] = 0;
+  __syncthreads();
+  for (int g = tid; g < num_groups; g += kOrderThreads) atomicAdd(&s_count[0][bucket_of(g)], 1);
+  __syncthreads();
+  if (warp == 0) {  // lane l: buckets 63 - 2l and 62 - 2l, in the order CTAs take them
+    const int b_hi = kSizeBuckets - 1 - 2 * lane, b_lo = b_hi - 1;
+    const int c_hi = s_count[0][b_hi], c_lo = s_count[0][b_lo];
+    int incl = c_hi + c_lo;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    s_next[b_hi] = incl - c_hi - c_lo;
+    s_next[b_lo] = incl - c_lo;
+  }
+  // Position k of a chunk is group num_groups - 1 - k: later groups first within a bucket.
+  for (int k0 = 0; k0 < num_groups; k0 += kOrderThreads) {
+    __syncthreads();  // the histogram, or the previous chunk's counts, read
+    for (int i = tid; i < kOrderWarps * kSizeBuckets; i += kOrderThreads) s_flat[i] = 0;
+    __syncthreads();
+    const int k = k0 + tid;
+    const int bucket = k < num_groups ? bucket_of(num_groups - 1 - k) : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, bucket);
+    const int rank_in_warp = __popc(same & ((1u << lane) - 1));
+    if (bucket >= 0 && rank_in_warp == 0) s_count[warp][bucket] = __popc(same);
+    __syncthreads();
+    if (tid < kSizeBuckets) {  // per bucket: counts over warps -> each warp's first position
+      int next = s_next[tid];
+      for (int w = 0; w < kOrderWarps; ++w) {
+        const int c = s_count[w][tid];
+        s_count[w][tid] = next;
+        next += c;
+      }
+      s_next[tid] = next;
+    }
+    __syncthreads();
+    if (bucket >= 0) order[s_count[warp][bucket] + rank_in_warp] = num_groups - 1 - k;
   }
 }
 
@@ -335,11 +414,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int token_of_warp = warp % 4;    // rows 16w..16w+15 of the wgmma tile
   const int head_groups = p.num_heads / kHeadGroup;
   const int h0 = (blockIdx.x % head_groups) * kHeadGroup;
-  // Last tokens first: in prefill they see the longest contexts, so their unions are the largest
-  // (at the bench's T = 4096, 8192-row prefix: ~5600 entries vs ~3800 for the first tokens), and
-  // CTAs start in blockIdx order: the longest CTAs then start first and the shortest fill the
-  // last, partial wave (longest-processing-time-first).
-  const int t0 = (gridDim.x / head_groups - 1 - blockIdx.x / head_groups) * kTokens;
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
@@ -353,7 +427,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     cuda::ptx::mbarrier_init(&q_read, 128);
   }
 
-  // 1. Q of the 4 tokens: dims 0-383 into the tile area (read into registers below), dims
+  // 1. The group: once the union and order passes are done (programmatic dependent launch), the
+  //    order pass's list (largest unions first; a group's head groups are adjacent CTAs).
+  ptx::wait_prerequisites();
+  const int group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(p.num_tokens, p.topk))[blockIdx.x / head_groups];
+  const int t0 = group * kTokens;
+
+  // 2. Q of the 4 tokens: dims 0-383 into the tile area (read into registers below), dims
   //    384-575 into their own blocks; rows past T are zeros.
   for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = c - r * kChunksPerRow;
@@ -368,10 +448,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   }
   ptx::cp_async_commit();
 
-  // 2. The group's union from the pass before (sparse_mla_shared_rows_union_kernel): entry words,
+  // 3. The group's union from the pass before (sparse_mla_shared_rows_union_kernel): entry words,
   //    or keys and each entry's first key, into the same shared memory the loop reads.
-  ptx::wait_prerequisites();
-  const uint8_t* record = p.shared_rows_union + (t0 / kTokens) * shared_rows_union_stride(p.topk);
+  const uint8_t* record = p.shared_rows_union + group * shared_rows_union_stride(p.topk);
   const int4 header = *reinterpret_cast<const int4*>(record);  // entries, keys, words
   const int num_entries = header.x;
   const bool words = header.z != 0;  // uniform over the CTA
@@ -670,10 +749,11 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   if (p.num_tokens == 0) return;
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true>>(kSmemBytes);
-  const int64_t groups = (int64_t)(p.num_tokens + kTokens - 1) / kTokens;
+  const int64_t groups = shared_rows_groups(p.num_tokens);
   sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
-  // The main kernel waits for the union pass with griddepcontrol.wait, after loading Q.
+  // Each pass after the first waits for the one before with griddepcontrol.wait.
+  launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
   auto* kernel = p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true> : sparse_mla_shared_rows_kernel<false>;
   launch_dependent(kernel, dim3(static_cast<unsigned>(groups * (p.num_heads / kHeadGroup))), dim3(kThreads), kSmemBytes, stream, p);
 }

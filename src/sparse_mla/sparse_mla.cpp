@@ -155,11 +155,13 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Shared rows (4 tokens per CTA, 16 heads; shared_rows_kernel.cu) when forced, or by the
   // planner for 16 heads at prefill sizes (T >= 2048) when its CTAs fill whole waves: each CTA
   // runs for its 4 tokens' whole index lists (~230 us at topk 2048), so a partial last wave
-  // costs a full CTA time. Measured on the H100 (docs/perf.md runs 54, 57, 98): prefill T=2048 /
-  // 4096 / 8192 -9 / -17 / -32 % vs split-K; random T=1024 / 2048 at 0.97x the gather floor
-  // (split-K 1.08x) but T=1024 of unrelated contiguous runs (decode, short contexts) +32 %:
-  // tokens that share no rows pay 4x masked MMA work, in groups of uneven size. The planner
-  // sees no indices, so it keeps split-K below prefill sizes; T=256 (64 CTAs) would be +75 %.
+  // costs a full CTA time. Measured on the H100 (docs/perf.md runs 54, 57, 98, 104-105): prefill
+  // T=2048 / 4096 / 8192 -9 / -17 / -32 % vs split-K; random T=1024 at 0.98x the gather floor
+  // (split-K 1.08x); runs of 1-2048 rows (decode) at T=1024 / 2048 -5 / -1 % since the groups run
+  // largest first. But tokens with short lists of equal length lose: the union pass sorts 4 x topk
+  // keys however few are valid (T=1024 with 16 / 64 / 1000 rows each: 66 / 88 / 427 us vs split-K
+  // 35 / 52 / 412; T=4096: 215 / 291 / 1652 vs 110 / 171 / 1591). The planner sees no indices,
+  // so it keeps split-K below prefill sizes; T=256 (64 CTAs) would be +75 %.
   const int64_t shared_rows_ctas = ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
@@ -178,7 +180,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.splits = 1;
     plan.chunk = topk;
     plan.ctas = launch_ctas(shared_rows_ctas);
-    plan.workspace_bytes = detail::shared_rows_workspace_bytes(num_tokens, topk);  // each group's union
+    plan.launches = num_tokens > 0 ? 3 : 0;  // the union pass, the order pass, the main kernel
+    plan.workspace_bytes = detail::shared_rows_workspace_bytes(num_tokens, topk);  // each group's union, sizes, order
     return plan;
   }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
@@ -229,6 +232,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows, topk, plan.chunk)) >
       dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
+  plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) : 0;
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
   return plan;
 }

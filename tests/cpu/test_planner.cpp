@@ -31,12 +31,16 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
           EXPECT_EQ(p.splits, 1);
         }
-        // Split-K: fp32 partials per split; shared rows: a union record per 4 tokens (48 KB at topk 2048).
+        // Split-K: fp32 partials per split; shared rows: a union record per 4 tokens (48 KB at topk
+        // 2048), then two ints per 4 tokens (the unions' sizes, the order), each array rounded up
+        // to 16 bytes.
         const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
-        const size_t ws = p.kernel == SparseMlaKernel::shared_rows ? (size_t(T) + 3) / 4 * union_bytes
+        const size_t groups = (size_t(T) + 3) / 4;
+        const size_t ws = p.kernel == SparseMlaKernel::shared_rows ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16)
                           : p.splits > 1                           ? size_t(T) * H * p.splits * (512 + 1) * 4
                                                                    : 0;
         EXPECT_EQ(p.workspace_bytes, ws);
+        EXPECT_EQ(p.launches, T == 0 ? 0 : p.kernel == SparseMlaKernel::shared_rows ? 3 : p.splits > 1 ? 2 : 1);
         // Fused rows exactly where the kernel can count a whole list and find split starts.
         const bool fusable = p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
         EXPECT_EQ(p.fused_rows, fusable ? p.chunk : 0);
@@ -87,7 +91,7 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   for (int T : {2048, 4096, 8192}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).ctas, 1024);
   // One union record per group of 4 tokens: 16-byte header, 8224 words, 8200 entries, 128-byte aligned.
-  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, size_t(1024) * 49408);
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, size_t(1024) * 49408 + 2 * 1024 * 4);  // records, then a size and an order slot per group
   // Decode sizes (T < 2048, even where the waves would be full: 512, 1024), 2200 tokens (550
   // CTAs = 4.2 waves, 83 %), other head counts, topk > 2048: split-K.
   for (int T : {1, 64, 256, 512, 1024, 2047, 2200}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
@@ -110,7 +114,7 @@ TEST(Planner, SharedRowsWhenForced) {
   const SparseMlaPlan small = plan_sparse_mla(5, 32, 63, kH100, forced);
   EXPECT_EQ(small.kernel, SparseMlaKernel::shared_rows);
   EXPECT_EQ(small.ctas, 2 * 2);
-  EXPECT_EQ(small.workspace_bytes, size_t(2) * ((16 + (4 * 63 + 32) * 4 + (4 * 63 + 8) * 2 + 127) / 128 * 128));
+  EXPECT_EQ(small.workspace_bytes, size_t(2) * ((16 + (4 * 63 + 32) * 4 + (4 * 63 + 8) * 2 + 127) / 128 * 128) + 2 * 16);
   EXPECT_THROW(plan_sparse_mla(5, 16, 2049, kH100, forced), Error);
   // 2^31 - 1 tokens x 8 head groups / 4 tokens per CTA: more CTAs than one launch takes.
   EXPECT_THROW(plan_sparse_mla(std::numeric_limits<int>::max(), 128, 2048, kH100, forced), Error);

@@ -267,6 +267,21 @@ TEST_F(Gpu, SharedRowsMixesEntryWordsAndCounts) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
+// The main kernel's CTAs take the groups largest union first (group_by_union_size), an order
+// every CTA computes from the union pass's records. A decode batch of runs (1-2048 rows per
+// token) with more groups than SMs, two head groups per group, groups whose tokens are all
+// padding (the smallest bucket) and a partial last group: each group must be taken exactly
+// once, or some output stays poisoned.
+TEST_F(Gpu, SharedRowsTakesEveryGroupOnceLargestFirst) {
+  HostProblem hp = make_problem(1030, 32, 2048, 64, 256, IndexPattern::runs, 4242);
+  for (int t : {40, 41, 42, 43, 800, 801, 802, 803, 1029})
+    std::fill_n(hp.indices.begin() + size_t(t) * hp.topk, hp.topk, -1);
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  ASSERT_GT(plan.ctas, 2 * DeviceInfo::from_device(0).sm_count);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
 TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
   const HostProblem hp = make_problem(4, 32, 2048, 64, 128, IndexPattern::padding_middle, 99);

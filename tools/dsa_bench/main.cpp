@@ -274,8 +274,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.ok = res.vs_gpu_ref.ok() && (!res.cpu_checked || res.vs_cpu_ref.ok());
 
   // Time the kernel, then the gather floor (best block split) with the same timer.
-  // Split-K: main + combine when splits > 1; shared rows: union pass + main.
-  const int kernels = res.plan.splits > 1 || res.plan.kernel == SparseMlaKernel::shared_rows ? 2 : 1;
+  // Split-K: main + combine when splits > 1; shared rows: union pass, order pass, main.
+  const int kernels = res.plan.launches;
   // --warm-code: the same plan on a one-page cache with its own q, indices, out and workspace,
   // launched after each flush: the timed call then finds its kernels' instructions cached but
   // none of its data.
@@ -394,6 +394,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     const auto& k = r.kernel.per_kernel_median_us;
     if (k.size() == 1) std::snprintf(parts, sizeof parts, "%.1f", k[0]);
     if (k.size() == 2) std::snprintf(parts, sizeof parts, "%.1f+%.1f", k[0], k[1]);
+    if (k.size() == 3) std::snprintf(parts, sizeof parts, "%.1f+%.1f+%.1f", k[0], k[1], k[2]);
     const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
     std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
@@ -628,7 +629,7 @@ int run_inspect(const Options& o, int tokens_shown) {
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
     if (plan.kernel == SparseMlaKernel::shared_rows) {
-      std::printf("planner (%s): shared-rows kernel, a union pass then %d CTAs of %d tokens, %d-entry union tiles, "
+      std::printf("planner (%s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens, %d-entry union tiles, "
                   "workspace %zu bytes\n",
                   dev_name.c_str(), plan.ctas, detail::kSharedRowsTokens, plan.block_keys, plan.workspace_bytes);
       continue;
