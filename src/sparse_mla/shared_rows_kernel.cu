@@ -324,12 +324,12 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 // Pass 2, the order the main kernel's CTAs take the groups in (one CTA): by union size, largest
 // first, so that a long group never starts last (longest-processing-time-first list scheduling;
 // CTAs start in blockIdx order). Decode batches have unions of very different sizes (4 tokens x
-// 1-2048 rows each): T = 1024 of contiguous runs went from 627-634 to 453-455 us (run 101).
+// 1-2048 rows each): T = 1024 of contiguous runs went from 633 to 454-456 us (run 104).
 // Sizes are quantised to kSizeBuckets; within a bucket later groups come first, which in prefill
 // see longer contexts. A counting sort, deterministic: a histogram, its scan from the largest
 // bucket down, then the groups placed in chunks of one per thread, ranked within the chunk by
 // warp (match_any) and across warps by a scan per bucket.
-// Computed at the head of every main CTA instead (run 102), the same order cost 2.7 us of setup
+// Computed at the head of every main CTA instead (runs 101-103), the same order cost 2.7 us of setup
 // per CTA, +1.5-2.8 % at prefill.
 constexpr int kOrderThreads = 1024;
 constexpr int kOrderWarps = kOrderThreads / 32;
