@@ -432,12 +432,12 @@ TEST_F(Gpu, ZeroTokensWritesNothing) {
 }
 
 // ---- the same call captured in a CUDA graph and replayed on new inputs ---------------------
-TEST_F(Gpu, GraphCaptureAndReplay) {
-  const HostProblem hp = make_problem(2, 64, 2048, 64, 64, IndexPattern::runs, 555);
+// Captures one forward of `plan`, then replays it three times on new q, cache and indices
+// written into the captured buffers (and a poisoned workspace), each replay judged against the
+// reference.
+void expect_graph_replays_agree(const HostProblem& hp, const SparseMlaPlan& plan) {
   DeviceProblem d(hp);
   const SparseMlaProblem p = d.view();
-  const SparseMlaPlan plan = plan_sparse_mla(p);
-  ASSERT_GT(plan.splits, 1) << "the combine kernel (PDL) must be inside the graph";
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
   CapturedGraph graph([&](cudaStream_t stream) { sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream); });
   ASSERT_TRUE(graph.ok());
@@ -445,7 +445,7 @@ TEST_F(Gpu, GraphCaptureAndReplay) {
     // New q and indices each replay, written into the captured buffers.
     HostProblem next = hp;
     workload::IndexSpec s2;
-    s2.pattern = round == 1 ? IndexPattern::padding_middle : IndexPattern::random;
+    s2.pattern = round == 0 ? IndexPattern::runs : round == 1 ? IndexPattern::padding_middle : IndexPattern::random;
     next.fill(s2, 600 + round);
     CUDA_OK(d.q_nope.set(next.q_nope));
     CUDA_OK(d.q_pe.set(next.q_pe));
@@ -453,12 +453,29 @@ TEST_F(Gpu, GraphCaptureAndReplay) {
     CUDA_OK(d.kpe.set(next.kpe));
     CUDA_OK(d.indices.set(next.indices));
     d.poison();
+    if (plan.workspace_bytes > 0) CUDA_OK(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes));  // no record of the last replay survives
     CUDA_OK(graph.replay());
     std::vector<double> ro, rl;
     reference(next, ro, rl);
     const Agreement a = judge(d, ro, rl);
     EXPECT_TRUE(a.ok()) << "replay " << round << ": " << a.summary();
   }
+}
+
+TEST_F(Gpu, GraphCaptureAndReplay) {
+  const HostProblem hp = make_problem(2, 64, 2048, 64, 64, IndexPattern::runs, 555);
+  const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0));
+  ASSERT_GT(plan.splits, 1) << "the combine kernel (PDL) must be inside the graph";
+  expect_graph_replays_agree(hp, plan);
+}
+
+// The shared-rows chain (union pass, order pass, main kernel: two programmatic dependent
+// launches) in a graph, with 16 groups whose sizes, and so whose order, change every replay.
+TEST_F(Gpu, SharedRowsGraphCaptureAndReplay) {
+  const HostProblem hp = make_problem(61, 16, 2048, 64, 64, IndexPattern::runs, 556);
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  ASSERT_EQ(plan.launches, 3);
+  expect_graph_replays_agree(hp, plan);
 }
 
 // ---- run-to-run determinism (a moving result is a race) -------------------------------------
