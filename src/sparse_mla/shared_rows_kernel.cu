@@ -267,6 +267,58 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   const uint32_t invalid_key = any_row ? static_cast<uint32_t>(row_hi - row_lo + 1) << kKeyShift : 0u;  // above every valid key
 #pragma unroll
   for (int j = 0; j < kUnionKeysPerThread; ++j) keys[j] = keys[j] == ~0u ? invalid_key : keys[j] - key_base;
+  // The record's last writes, the same for both ways of building the union below.
+  const auto finish_record = [&](int num_entries, bool words) {
+    if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
+      g_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
+    if (tid == 0) {
+      g_entry[num_entries] = static_cast<uint16_t>(s_num_keys);
+      *reinterpret_cast<int4*>(record) = make_int4(num_entries, s_num_keys, words ? 1 : 0, 0);
+      reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk))[blockIdx.x] = num_entries;
+    }
+  };
+
+  // Rows within kMaxKeys of each other (a prefill group's context): 4 token bits per row in a
+  // bitmap replace the sort, and row j * kUnionThreads + tid (above the lowest) becomes thread
+  // tid's item j, so the compaction lists the rows in order. A token that lists a row twice sets
+  // a bit already set: such a group takes the sort below (its scratch overwrites the bitmap).
+  if (row_hi - row_lo < kMaxKeys) {  // uniform over the CTA; no valid row: row_hi - row_lo < 0
+    constexpr int kBitsPerRow = kRowShift;  // one per token, the low bits of an entry word
+    uint32_t* s_bits = s.keys;              // kMaxKeys / 8 words of 8 rows x 4 token bits
+    for (int w = tid; w < kMaxKeys / 8; w += kUnionThreads) s_bits[w] = 0;
+    __syncthreads();
+    int my_keys = 0;
+#pragma unroll
+    for (int j = 0; j < kUnionKeysPerThread; ++j) {
+      if (keys[j] >= invalid_key) continue;
+      const uint32_t r = keys[j] >> kKeyShift, bit = 1u << ((r % 8) * kBitsPerRow + (keys[j] & kKeyToken));
+      if (atomicOr(&s_bits[r / 8], bit) & bit) s_repeats = 1;
+      ++my_keys;
+    }
+    my_keys = __reduce_add_sync(0xffffffffu, my_keys);
+    if (lane == 0) atomicAdd(&s_num_keys, my_keys);
+    __syncthreads();  // the bitmap, s_repeats and s_num_keys complete
+    if (!s_repeats) {
+      bool head[kUnionKeysPerThread];
+      uint32_t tokens_of[(kUnionKeysPerThread + 7) / 8] = {};
+#pragma unroll
+      for (int j = 0; j < kUnionKeysPerThread; ++j) {
+        const int r = j * kUnionThreads + tid;
+        const uint32_t tokens = (s_bits[r / 8] >> ((r % 8) * kBitsPerRow)) & kLowBits;
+        head[j] = tokens != 0;
+        tokens_of[j / 8] |= tokens << (4 * (j % 8));
+      }
+      const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
+        const uint32_t row = static_cast<uint32_t>(row_lo + j * kUnionThreads + tid);
+        g_words[rank] = (row << kRowShift) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
+      });
+      finish_record(num_entries, true);
+      return;
+    }
+    if (tid == 0) s_num_keys = 0;  // the sort path counts again
+    __syncthreads();
+  }
+
   const int end_bit = max(1, 32 - __clz(invalid_key));
   KeySort(s.sort).SortBlockedToStriped(keys, 0, end_bit);
   __syncthreads();  // the sort's scratch is free: the keys go over it
@@ -312,13 +364,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
       if (i < kMaxKeys && keys[j] < invalid_key) g_words[i] = row_word(keys[j], keys[j] & kKeyToken);
     }
   }
-  if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
-    g_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
-  if (tid == 0) {
-    g_entry[num_entries] = static_cast<uint16_t>(s_num_keys);
-    *reinterpret_cast<int4*>(record) = make_int4(num_entries, s_num_keys, words ? 1 : 0, 0);
-    reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk))[blockIdx.x] = num_entries;
-  }
+  finish_record(num_entries, words);
 }
 
 // Pass 2, the order the main kernel's CTAs take the groups in (one CTA): by union size, largest

@@ -267,6 +267,32 @@ TEST_F(Gpu, SharedRowsMixesEntryWordsAndCounts) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
+// The union pass builds a group's union from a bitmap when its rows lie within 8192 of each other
+// (kMaxKeys), else by sorting. Groups at the limit on each side: rows 100 .. 8291 (span 8192:
+// bitmap), 100 .. 8292 (8193: sort), a bitmap group that falls back to the sort on a repeated row,
+// and groups of one row, of all padding, and of a partial last group.
+TEST_F(Gpu, SharedRowsBitmapAndSortAgreeAtTheSpanLimit) {
+  HostProblem hp = make_problem(18, 16, 300, 64, 160, IndexPattern::random, 8192);
+  std::mt19937 rng(11);
+  const auto fill_group = [&](int g, int lo, int hi) {
+    for (int t = 4 * g; t < 4 * g + 4; ++t)
+      for (int k = 0; k < hp.topk; ++k)
+        hp.indices[size_t(t) * hp.topk + k] = lo + int(rng() % uint32_t(hi - lo + 1));
+    hp.indices[size_t(4 * g) * hp.topk + 5] = lo;  // both ends present
+    hp.indices[size_t(4 * g + 3) * hp.topk + 7] = hi;
+  };
+  fill_group(0, 100, 100 + 8191);
+  fill_group(1, 100, 100 + 8192);
+  fill_group(2, 5000, 5000 + 4000);
+  hp.indices[size_t(9) * hp.topk + 20] = hp.indices[size_t(9) * hp.topk + 21];  // token 9 repeats a row
+  std::fill_n(hp.indices.begin() + size_t(12) * hp.topk, 4 * hp.topk, -1);        // group 3: padding
+  hp.indices[size_t(13) * hp.topk + 150] = 777;                                     // ... but one row
+  std::fill_n(hp.indices.begin() + size_t(16) * hp.topk, 2 * hp.topk, -1);        // group 4 (2 tokens): none
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
 // The main kernel's CTAs take the groups largest union first (group_by_union_size), an order
 // every CTA computes from the union pass's records. A decode batch of runs (1-2048 rows per
 // token) with more groups than SMs, two head groups per group, groups whose tokens are all
