@@ -278,14 +278,16 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     }
   };
 
-  // Rows within kMaxKeys of each other (a prefill group's context): 4 token bits per row in a
-  // bitmap replace the sort, and row j * kUnionThreads + tid (above the lowest) becomes thread
-  // tid's item j, so the compaction lists the rows in order. A token that lists a row twice sets
-  // a bit already set: such a group takes the sort below (its scratch overwrites the bitmap).
-  if (row_hi - row_lo < kMaxKeys) {  // uniform over the CTA; no valid row: row_hi - row_lo < 0
-    constexpr int kBitsPerRow = kRowShift;  // one per token, the low bits of an entry word
-    uint32_t* s_bits = s.keys;              // kMaxKeys / 8 words of 8 rows x 4 token bits
-    for (int w = tid; w < kMaxKeys / 8; w += kUnionThreads) s_bits[w] = 0;
+  // Rows within kBitmapRows of each other (a prefill group's context): 4 token bits per row in a
+  // bitmap replace the sort. The rows are compacted in chunks of kMaxKeys: in chunk c, row
+  // c * kMaxKeys + j * kUnionThreads + tid (above the lowest) is thread tid's item j, so the
+  // entries come out in row order. A token that lists a row twice sets a bit already set: such a
+  // group takes the sort below (its scratch overwrites the bitmap).
+  constexpr int kBitmapRows = 4 * kMaxKeys;  // 16 KB of bitmap in the keys' 32 KB
+  if (row_hi - row_lo < kBitmapRows) {       // uniform over the CTA; no valid row: row_hi - row_lo < 0
+    constexpr int kBitsPerRow = kRowShift;   // one per token, the low bits of an entry word
+    uint32_t* s_bits = s.keys;               // kBitmapRows / 8 words of 8 rows x 4 token bits
+    for (int w = tid; w < kBitmapRows / 8; w += kUnionThreads) s_bits[w] = 0;
     __syncthreads();
     int my_keys = 0;
 #pragma unroll
@@ -299,19 +301,25 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     if (lane == 0) atomicAdd(&s_num_keys, my_keys);
     __syncthreads();  // the bitmap, s_repeats and s_num_keys complete
     if (!s_repeats) {
-      bool head[kUnionKeysPerThread];
-      uint32_t tokens_of[(kUnionKeysPerThread + 7) / 8] = {};
+      const int chunks = any_row ? (row_hi - row_lo) / kMaxKeys + 1 : 0;
+      int num_entries = 0;
+      for (int c = 0; c < chunks; ++c) {
+        const int r0 = c * kMaxKeys;
+        bool head[kUnionKeysPerThread];
+        uint32_t tokens_of[(kUnionKeysPerThread + 7) / 8] = {};
 #pragma unroll
-      for (int j = 0; j < kUnionKeysPerThread; ++j) {
-        const int r = j * kUnionThreads + tid;
-        const uint32_t tokens = (s_bits[r / 8] >> ((r % 8) * kBitsPerRow)) & kLowBits;
-        head[j] = tokens != 0;
-        tokens_of[j / 8] |= tokens << (4 * (j % 8));
+        for (int j = 0; j < kUnionKeysPerThread; ++j) {
+          const int r = r0 + j * kUnionThreads + tid;
+          const uint32_t tokens = (s_bits[r / 8] >> ((r % 8) * kBitsPerRow)) & kLowBits;
+          head[j] = tokens != 0;
+          tokens_of[j / 8] |= tokens << (4 * (j % 8));
+        }
+        num_entries += block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
+          const uint32_t row = static_cast<uint32_t>(row_lo + r0 + j * kUnionThreads + tid);
+          g_words[num_entries + rank] = (row << kRowShift) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
+        });
+        __syncthreads();  // the next chunk's compaction rewrites s_counts
       }
-      const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
-        const uint32_t row = static_cast<uint32_t>(row_lo + j * kUnionThreads + tid);
-        g_words[rank] = (row << kRowShift) | ((tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
-      });
       finish_record(num_entries, true);
       return;
     }

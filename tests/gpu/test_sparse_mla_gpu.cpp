@@ -267,12 +267,13 @@ TEST_F(Gpu, SharedRowsMixesEntryWordsAndCounts) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
-// The union pass builds a group's union from a bitmap when its rows lie within 8192 of each other
-// (kMaxKeys), else by sorting. Groups at the limit on each side: rows 100 .. 8291 (span 8192:
-// bitmap), 100 .. 8292 (8193: sort), a bitmap group that falls back to the sort on a repeated row,
-// and groups of one row, of all padding, and of a partial last group.
+// The union pass builds a group's union from a bitmap when its rows lie within 32768 of each
+// other, compacted in chunks of 8192 rows, else by sorting. Groups at the limit on each side:
+// rows 100 .. 32867 (span 32768: bitmap, four chunks) and 100 .. 32868 (sort); rows 100 .. 8292
+// (two chunks, one row in the second); a bitmap group that falls back to the sort on a repeated
+// row; groups of one row, of all padding, and a partial last group.
 TEST_F(Gpu, SharedRowsBitmapAndSortAgreeAtTheSpanLimit) {
-  HostProblem hp = make_problem(18, 16, 300, 64, 160, IndexPattern::random, 8192);
+  HostProblem hp = make_problem(26, 16, 300, 64, 520, IndexPattern::random, 8192);
   std::mt19937 rng(11);
   const auto fill_group = [&](int g, int lo, int hi) {
     for (int t = 4 * g; t < 4 * g + 4; ++t)
@@ -281,13 +282,15 @@ TEST_F(Gpu, SharedRowsBitmapAndSortAgreeAtTheSpanLimit) {
     hp.indices[size_t(4 * g) * hp.topk + 5] = lo;  // both ends present
     hp.indices[size_t(4 * g + 3) * hp.topk + 7] = hi;
   };
-  fill_group(0, 100, 100 + 8191);
-  fill_group(1, 100, 100 + 8192);
-  fill_group(2, 5000, 5000 + 4000);
-  hp.indices[size_t(9) * hp.topk + 20] = hp.indices[size_t(9) * hp.topk + 21];  // token 9 repeats a row
-  std::fill_n(hp.indices.begin() + size_t(12) * hp.topk, 4 * hp.topk, -1);        // group 3: padding
-  hp.indices[size_t(13) * hp.topk + 150] = 777;                                     // ... but one row
-  std::fill_n(hp.indices.begin() + size_t(16) * hp.topk, 2 * hp.topk, -1);        // group 4 (2 tokens): none
+  fill_group(0, 100, 100 + 32767);
+  fill_group(1, 100, 100 + 32768);
+  fill_group(2, 100, 100 + 8192);
+  fill_group(3, 5000, 5000 + 4000);
+  hp.indices[size_t(13) * hp.topk + 20] = hp.indices[size_t(13) * hp.topk + 21];  // token 13 repeats a row
+  std::fill_n(hp.indices.begin() + size_t(16) * hp.topk, 4 * hp.topk, -1);         // group 4: padding
+  hp.indices[size_t(17) * hp.topk + 150] = 777;                                      // ... but one row
+  std::fill_n(hp.indices.begin() + size_t(20) * hp.topk, 4 * hp.topk, -1);         // group 5: none
+  // group 6: tokens 24-25, random rows over the whole cache (the sort)
   const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
   const Agreement a = run_and_compare(hp, &plan);
   EXPECT_TRUE(a.ok()) << a.summary();
