@@ -7,8 +7,9 @@
 // of the CTA's tokens picked crosses L2 once and is read from shared memory once for all four:
 //   1. A first kernel (the union pass) turns each group's 4 x topk indices into keys
 //      ((row - the group's lowest row) << 2 | token), sorts them (cub::BlockRadixSort over the
-//      bits the group's row span needs) and writes the group's union to the workspace: each
-//      distinct row is one "union entry", in row order, so the result is deterministic. Without
+//      bits the group's row span needs; a bitmap of the span instead when it is < 32768 rows)
+//      and writes the group's union to the workspace: each distinct row is one "union entry",
+//      in row order, so the result is deterministic. Without
 //      repeated (row, token) keys, the usual case, entry e is the word row << 4 | the bits of
 //      the tokens that list it. A token that lists a row k times has k keys and weight k in its
 //      softmax: then the record holds the keys and each entry's first key, and the scores
@@ -90,6 +91,12 @@
 //               in the same run, -17 to -28 %); prefill T = 2048 / 4096 / 8192 +0.7-1.5 %, random
 //               T = 1024 +0.9 % (the order pass and the order read before Q, run 104). The same
 //               order computed at the head of every main CTA cost 2.7 us of setup (run 103).
+//   v9          the union pass builds a group's union from a bitmap of 4 token bits per row
+//               when its rows span < 32768 (a prefill group's context) instead of sorting:
+//               the pass at T = 4096 109 -> 42 us; prefill T = 2048 / 4096 / 8192 997 / 1844 /
+//               2599-2641 -> 955 / 1755 / 2493 (runs 110-111); 16384- and 32768-row prefixes
+//               at T = 4096 2390 -> 2350 and 2690 -> 2616. Spans < 8192 only (one compaction
+//               chunk) measured the same within 0.7 %.
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -204,7 +211,10 @@ enum SharedRowsTimeline {
 //   (row, token) keys, the usual case, entry e becomes the word row << 4 | the bits of the tokens
 //   that list it. A token that lists a row k times has k keys and weight k in its softmax: then
 //   the record holds the keys as row << 4 | token and each entry's first key, and the main
-//   kernel's scores warpgroup counts keys per tile.
+//   kernel's scores warpgroup counts keys per tile. A group whose rows span < 32768 (a prefill
+//   group: its rows lie in its tokens' context) and that repeats no row skips the sort: a bitmap
+//   of 4 token bits per row gives the entry words directly (T = 4096 prefill: 109 -> 42 us for
+//   the pass, runs 110-111).
 // This ran at the head of every main CTA until run 94 (~21 us of its ~250, one CTA per SM, so
 // ~8 waves of it at T = 4096). A kernel of its own runs two groups per SM, so their
 // latency-bound sorts overlap.
