@@ -311,6 +311,16 @@ TEST_F(Gpu, SharedRowsTakesEveryGroupOnceLargestFirst) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
+// The order pass places the groups 1024 at a time (one per thread): 1026 groups, the last one
+// partial, take it round twice.
+TEST_F(Gpu, SharedRowsOrdersMoreGroupsThanOneOrderRound) {
+  const HostProblem hp = make_problem(4102, 16, 64, 64, 256, IndexPattern::runs, 4243);
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  ASSERT_EQ(plan.ctas, 1026);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
 TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
   const HostProblem hp = make_problem(4, 32, 2048, 64, 128, IndexPattern::padding_middle, 99);
