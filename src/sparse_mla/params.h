@@ -33,7 +33,7 @@ struct SparseMlaParams {
   int fused_rows;        // > 0: every CTA reads the token's whole index list (SparseMlaPlan::fused_rows)
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
-  uint8_t* shared_rows_union;  // shared-rows: one record per group of 4 tokens, shared_rows_union_stride(topk) bytes apart
+  uint8_t* shared_rows_union;  // shared-rows workspace: a record per group of 4 tokens, their sizes, their order (layout below)
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
@@ -47,6 +47,13 @@ inline constexpr int kTimelinePoints = 8;
 // Stages of the split-K kernel; the ones before kStageFull are dissection variants (dsa-bench
 // --stage) that stop early and produce no meaningful output.
 enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFull = 3 };
+
+// Whether an index names a cache row ([0, num_rows)); -1 and out-of-range values do not. Every
+// kernel that reads indices decides with this: split-K's compaction and its combine's fused-rows
+// count must agree exactly, and the shared-rows union pass must skip the same entries.
+__host__ __device__ inline bool names_a_row(int32_t index, int num_rows) {
+  return static_cast<unsigned>(index) < static_cast<unsigned>(num_rows);
+}
 
 // Split starts must fall on these boundaries for fused rows: the compaction counts valid
 // indices per 32 positions (one warp's ballot), and a split finds its rows from those counts.
@@ -83,10 +90,10 @@ inline constexpr int kSharedRowsMinTokens = 2048;
 // The host sizes the workspace and the kernels find the parts with these functions.
 inline constexpr int kSharedRowsUnionHeaderBytes = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
-  return kSharedRowsUnionHeaderBytes + (4 * int64_t{topk} + 32) * 4;
+  return kSharedRowsUnionHeaderBytes + (kSharedRowsTokens * int64_t{topk} + kSharedRowsTileEntries) * 4;
 }
 __host__ __device__ inline int64_t shared_rows_union_stride(int topk) {
-  const int64_t bytes = shared_rows_union_entries_offset(topk) + (4 * int64_t{topk} + 8) * 2;
+  const int64_t bytes = shared_rows_union_entries_offset(topk) + (kSharedRowsTokens * int64_t{topk} + 8) * 2;
   return (bytes + 127) / 128 * 128;
 }
 __host__ __device__ inline int64_t shared_rows_groups(int num_tokens) {

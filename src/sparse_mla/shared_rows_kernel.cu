@@ -200,8 +200,6 @@ enum SharedRowsTimeline {
   kTlExit = 7,         // %globaltimer at exit (ns)
 };
 
-// kTimed builds the diagnostic variant that fills p.timeline. Its clocks cost registers, so it
-// records only the waits that matter (more spilled, since the entry words).
 // Pass 1, the union of each group's 4 index lists, written to the workspace for every head
 // group's CTA of the main kernel to copy (p.shared_rows_union, layout in params.h).
 //   The 4 x topk indices become keys ((row - the group's lowest row) << 2 | token), sorted by
@@ -235,7 +233,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   __shared__ int s_num_keys;
   __shared__ int s_repeats;                // some token lists some row twice
   __shared__ int s_row_lo[kUnionWarps], s_row_hi[kUnionWarps];  // per warp: lowest and highest valid row
-  ptx::launch_dependents();  // the main kernel's CTAs may take SMs this pass leaves and load Q
+  ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int t0 = blockIdx.x * kTokens;
@@ -260,7 +258,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     if (pos >= p.topk) ++g, pos -= p.topk;
     int row = -1;
     if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
-    const bool valid = static_cast<unsigned>(row) < static_cast<unsigned>(p.num_rows);
+    const bool valid = names_a_row(row, p.num_rows);
     keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
     row_lo = valid ? min(row_lo, row) : row_lo;
     row_hi = valid ? max(row_hi, row) : row_hi;
@@ -333,8 +331,8 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
       finish_record(num_entries, true);
       return;
     }
-    if (tid == 0) s_num_keys = 0;  // the sort path counts again
-    __syncthreads();
+    // A repeated row: the sort below. Its scratch overlays the bitmap, which no thread reads
+    // after the barrier above; s_num_keys is set again, to the same count.
   }
 
   const int end_bit = max(1, 32 - __clz(invalid_key));
@@ -389,18 +387,18 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 // first, so that a long group never starts last (longest-processing-time-first list scheduling;
 // CTAs start in blockIdx order). Decode batches have unions of very different sizes (4 tokens x
 // 1-2048 rows each): T = 1024 of contiguous runs went from 633 to 454-456 us (run 104).
-// Sizes are quantised to kSizeBuckets; within a bucket later groups come first, which in prefill
-// see longer contexts. A counting sort, deterministic: a histogram, its scan from the largest
-// bucket down, then the groups placed in chunks of one per thread, ranked within the chunk by
-// warp (match_any) and across warps by a scan per bucket.
+// Sizes are quantised to kSizeBuckets classes, class 0 the largest; within a class later groups
+// come first, which in prefill see longer contexts. A counting sort, deterministic: a histogram
+// of the classes, its scan, then the groups placed in chunks of one per thread, ranked within
+// the chunk by warp (match_any) and across warps by a scan per class.
 // Computed at the head of every main CTA instead (runs 101-103), the same order cost 2.7 us of setup
 // per CTA, +1.5-2.8 % at prefill.
 constexpr int kOrderThreads = 1024;
 constexpr int kOrderWarps = kOrderThreads / 32;
 constexpr int kSizeBuckets = 64;
 __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_kernel(const SparseMlaParams p) {
-  __shared__ int s_next[kSizeBuckets];                    // next position of each bucket
-  __shared__ int s_count[kOrderWarps][kSizeBuckets];      // row 0: the histogram; then per (warp, bucket)
+  __shared__ int s_next[kSizeBuckets + 1];                // per class: its count, then its next position
+  __shared__ int s_count[kOrderWarps][kSizeBuckets];      // per (warp, class) in a chunk
   ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
   ptx::wait_prerequisites();  // the union pass's sizes
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -408,37 +406,26 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
   const int* sizes = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk));
   int* order = reinterpret_cast<int*>(p.shared_rows_union + shared_rows_order_offset(p.num_tokens, p.topk));
   const int max_entries = kTokens * p.topk;
-  const auto bucket_of = [&](int g) { return sizes[g] * kSizeBuckets / (max_entries + 1); };
+  const auto class_of = [&](int g) { return kSizeBuckets - 1 - sizes[g] * kSizeBuckets / (max_entries + 1); };
   int* s_flat = &s_count[0][0];
 
-  for (int i = tid; i < kOrderWarps * kSizeBuckets; i += kOrderThreads) s_flat[i] = 0;
+  for (int i = tid; i <= kSizeBuckets; i += kOrderThreads) s_next[i] = 0;
   __syncthreads();
-  for (int g = tid; g < num_groups; g += kOrderThreads) atomicAdd(&s_count[0][bucket_of(g)], 1);
+  for (int g = tid; g < num_groups; g += kOrderThreads) atomicAdd(&s_next[class_of(g)], 1);
   __syncthreads();
-  if (warp == 0) {  // lane l: buckets 63 - 2l and 62 - 2l, in the order CTAs take them
-    const int b_hi = kSizeBuckets - 1 - 2 * lane, b_lo = b_hi - 1;
-    const int c_hi = s_count[0][b_hi], c_lo = s_count[0][b_lo];
-    int incl = c_hi + c_lo;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int v = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += v;
-    }
-    s_next[b_hi] = incl - c_hi - c_lo;
-    s_next[b_lo] = incl - c_lo;
-  }
-  // Position k of a chunk is group num_groups - 1 - k: later groups first within a bucket.
+  if (warp == 0) warp_exclusive_scan<kSizeBuckets>(s_next, lane);  // counts -> first positions
+  // Position k of a chunk is group num_groups - 1 - k: later groups first within a class.
   for (int k0 = 0; k0 < num_groups; k0 += kOrderThreads) {
-    __syncthreads();  // the histogram, or the previous chunk's counts, read
+    __syncthreads();  // the scan, or the previous chunk's counts, read
     for (int i = tid; i < kOrderWarps * kSizeBuckets; i += kOrderThreads) s_flat[i] = 0;
     __syncthreads();
     const int k = k0 + tid;
-    const int bucket = k < num_groups ? bucket_of(num_groups - 1 - k) : -1;
-    const unsigned same = __match_any_sync(0xffffffffu, bucket);
+    const int size_class = k < num_groups ? class_of(num_groups - 1 - k) : -1;
+    const unsigned same = __match_any_sync(0xffffffffu, size_class);
     const int rank_in_warp = __popc(same & ((1u << lane) - 1));
-    if (bucket >= 0 && rank_in_warp == 0) s_count[warp][bucket] = __popc(same);
+    if (size_class >= 0 && rank_in_warp == 0) s_count[warp][size_class] = __popc(same);
     __syncthreads();
-    if (tid < kSizeBuckets) {  // per bucket: counts over warps -> each warp's first position
+    if (tid < kSizeBuckets) {  // per class: counts over warps -> each warp's first position
       int next = s_next[tid];
       for (int w = 0; w < kOrderWarps; ++w) {
         const int c = s_count[w][tid];
@@ -448,10 +435,12 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
       s_next[tid] = next;
     }
     __syncthreads();
-    if (bucket >= 0) order[s_count[warp][bucket] + rank_in_warp] = num_groups - 1 - k;
+    if (size_class >= 0) order[s_count[warp][size_class] + rank_in_warp] = num_groups - 1 - k;
   }
 }
 
+// kTimed builds the diagnostic variant that fills p.timeline. Its clocks cost registers, so it
+// records only the waits that matter (more spilled, since the entry words).
 template <bool kTimed>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p) {
   extern __shared__ uint8_t smem_raw[];

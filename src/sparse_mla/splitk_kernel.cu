@@ -116,12 +116,6 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   }
 }
 
-// Whether an index names a cache row ([0, num_rows)); -1 and out-of-range values do not. The
-// main kernel's compaction and the combine's fused-rows count must agree on it exactly.
-__device__ __forceinline__ bool names_a_row(int32_t index, int num_rows) {
-  return static_cast<unsigned>(index) < static_cast<unsigned>(num_rows);
-}
-
 // The dissection variants leave the tile loop early on purpose ("loop is not reachable").
 #pragma nv_diag_suppress 128
 // kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops

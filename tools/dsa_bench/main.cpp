@@ -385,21 +385,24 @@ void print_table(const std::vector<Result>& results, FILE* f) {
                "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "GB/s", "TFLOP/s",
                "target");
   for (const Result& r : results) {
-    char plan[32], range[48], parts[48] = "-";
+    char plan[32], range[48];
     if (r.plan.kernel == SparseMlaKernel::shared_rows)
       std::snprintf(plan, sizeof plan, "%s", kernel_name(r.plan));
     else
       std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
-    const auto& k = r.kernel.per_kernel_median_us;
-    if (k.size() == 1) std::snprintf(parts, sizeof parts, "%.1f", k[0]);
-    if (k.size() == 2) std::snprintf(parts, sizeof parts, "%.1f+%.1f", k[0], k[1]);
-    if (k.size() == 3) std::snprintf(parts, sizeof parts, "%.1f+%.1f+%.1f", k[0], k[1], k[2]);
+    std::string parts;  // each kernel's span, in launch order
+    for (double us : r.kernel.per_kernel_median_us) {
+      char one[24];
+      std::snprintf(one, sizeof one, "%s%.1f", parts.empty() ? "" : "+", us);
+      parts += one;
+    }
+    if (parts.empty()) parts = "-";
     const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
     std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, parts, r.gather.median_us, r.kernel.median_us / r.gather.median_us, gbs, useful_tflops(r, r.kernel.median_us),
+                 range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
 }
