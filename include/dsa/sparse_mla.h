@@ -30,6 +30,15 @@ inline constexpr int kCkvDim = 512;  // latent width: K (with kpe) and V
 inline constexpr int kKpeDim = 64;   // rope part of K
 inline constexpr int kHeadGroup = 16;  // heads one tile of the kernel computes (mma M)
 
+// What the caller knows of its index lists; the planner sees no indices, and the best kernel
+// depends on how much consecutive tokens' lists overlap (docs/perf.md, runs 105 and 117-118).
+enum class IndexSharing {
+  unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes)
+  consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
+                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512
+  none,         // tokens of different sequences (a decode batch): split_k at every T
+};
+
 // All strides are in elements; 0 means "packed" (the default layout given in each comment).
 // The last dimension of every tensor is contiguous.
 struct SparseMlaProblem {
@@ -57,6 +66,7 @@ struct SparseMlaProblem {
   int64_t out_token_stride = 0, out_head_stride = 0;  // packed: H*512, 512
   float* lse = nullptr;  // fp32 [T, H], base-2 log-sum-exp
   int64_t lse_token_stride = 0;  // packed: H
+  IndexSharing index_sharing = IndexSharing::unknown;  // a hint for the planner only
 };
 
 // What the planner needs to know about the device; from_device() reads it off a CUDA device.
@@ -73,9 +83,9 @@ enum class SparseMlaKernel {
   shared_rows,  // one CTA per (4 consecutive tokens, 16 heads) on wgmma with M = 64; a row
                 // several of them list is gathered and read once for all four (prefill, where
                 // the tokens of a sequence share rows). The planner picks it for 16 heads at
-                // T >= 2048 when its CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on
-                // an H100); topk <= 2048, num_pages * page_size < 2^28, cache row strides
-                // < 2^31 elements
+                // T >= 2048 (T >= 512 for IndexSharing::consecutive, never for none) when its
+                // CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on an H100); topk
+                // <= 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements
 };
 
 // The kernel configuration for one problem shape on one device.
@@ -108,11 +118,11 @@ struct PlanChoice {
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
 };
 
-// Pure function of shape and device: what tests call without a GPU. Throws dsa::Error for an
-// unsupported shape or device, or a choice that cannot run (naming it).
+// Pure function of shape, device and sharing hint: what tests call without a GPU. Throws
+// dsa::Error for an unsupported shape or device, or a choice that cannot run (naming it).
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
-                              const PlanChoice& choice = {});
-// Validates the problem and plans it for the current CUDA device.
+                              const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown);
+// Validates the problem and plans it (with its index_sharing) for the current CUDA device.
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem);
 
 // Throws dsa::Error naming the first bad argument (null pointer, alignment below 16 bytes,

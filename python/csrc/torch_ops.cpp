@@ -36,11 +36,21 @@ void check_input(const at::Tensor& t, const char* name, at::ScalarType dtype, in
               " must be contiguous in its last dimension, got strides ", shape(t.strides()));
 }
 
+// The planner's hint, from the op's string argument.
+dsa::IndexSharing parse_sharing(c10::string_view text) {
+  const std::string s(text.data(), text.size());
+  if (s == "unknown") return dsa::IndexSharing::unknown;
+  if (s == "consecutive") return dsa::IndexSharing::consecutive;
+  if (s == "none") return dsa::IndexSharing::none;
+  TORCH_CHECK(false, "dsa.sparse_mla_forward: index_sharing must be 'unknown', 'consecutive' (prefill: consecutive tokens "
+                     "share rows) or 'none' (a decode batch), got '", s, "'");
+}
+
 // Fills a dsa::SparseMlaProblem from tensors, checking what the C++ API cannot see (dtypes,
 // devices, shapes, the paged layout of the caches).
 dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
                                    const at::Tensor& kpe, const at::Tensor& idx, double sm_scale,
-                                   const at::Tensor& out, const at::Tensor& lse) {
+                                   const at::Tensor& out, const at::Tensor& lse, c10::string_view index_sharing) {
   const at::Device dev = q_nope.device();
   check_input(q_nope, "q_nope", at::kBFloat16, 3, dev);
   check_input(q_pe, "q_pe", at::kBFloat16, 3, dev);
@@ -94,13 +104,14 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   p.out_head_stride = stride(out, 1);
   p.lse = lse.data_ptr<float>();
   p.lse_token_stride = stride(lse, 0);
+  p.index_sharing = parse_sharing(index_sharing);
   TORCH_CHECK(lse.size(1) <= 1 || lse.stride(1) == 1, "dsa.sparse_mla_forward: lse must be contiguous over heads");
   return p;
 }
 
 void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const at::Tensor& kpe,
-                 const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse) {
-  const dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse);  // checks first
+                 const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse, c10::string_view index_sharing) {
+  const dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);  // checks first
   const c10::cuda::CUDAGuard guard(q_nope.device());
   try {
     const dsa::SparseMlaPlan plan = dsa::plan_sparse_mla(p);
@@ -116,31 +127,33 @@ void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Ten
 }
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
-                                           const at::Tensor& kpe, const at::Tensor& idx, double sm_scale) {
+                                           const at::Tensor& kpe, const at::Tensor& idx, double sm_scale,
+                                           c10::string_view index_sharing) {
   TORCH_CHECK(q_nope.dim() == 3, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
   at::Tensor out = at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16));
   at::Tensor lse = at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat));
-  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse);
+  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);
   return {out, lse};
 }
 
 // Shapes only, for tracing (torch.compile, fake tensors).
 std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& q_nope, const at::Tensor&, const at::Tensor&,
-                                                const at::Tensor&, const at::Tensor&, double) {
+                                                const at::Tensor&, const at::Tensor&, double, c10::string_view) {
   return {at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16)),
           at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat))};
 }
 
 void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                      double, at::Tensor&, at::Tensor&) {}
+                      double, at::Tensor&, at::Tensor&, c10::string_view) {}
 
 }  // namespace
 
 TORCH_LIBRARY(dsa, m) {
+  // index_sharing: the planner's hint (dsa::IndexSharing): "unknown", "consecutive" or "none".
   m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, Tensor sparse_indices, "
-        "float sm_scale) -> (Tensor, Tensor)");
+        "float sm_scale, str index_sharing=\"unknown\") -> (Tensor, Tensor)");
   m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, "
-        "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse) -> ()");
+        "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse, str index_sharing=\"unknown\") -> ()");
 }
 
 TORCH_LIBRARY_IMPL(dsa, CUDA, m) {

@@ -1,12 +1,17 @@
 """dsa: sparse MLA attention (DeepSeek Sparse Attention) for Hopper, as PyTorch ops.
 
-torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale)
+torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
+                                 index_sharing="unknown")
     -> (out, lse)                      functional; what torch.compile and CUDA graphs see
-torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse) -> ()   writes caller buffers
+torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unknown") -> ()
+                                       writes caller buffers
 
 Shapes: q_nope [T, H, 512] bf16, q_pe [T, H, 64] bf16, ckv_cache [pages, page_size, 512] bf16,
 kpe_cache [pages, page_size, 64] bf16, sparse_indices [T, topk] int32 (flat rows
 page * page_size + offset, -1 = padding); out [T, H, 512] bf16, lse [T, H] fp32 (base 2).
+index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
+prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch,
+"unknown" (the default) when the call may be either.
 """
 import torch
 
@@ -15,17 +20,21 @@ from . import _C  # noqa: F401  (registers torch.ops.dsa.*)
 __all__ = ["sparse_mla_forward", "run"]
 
 
-def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale, *, out=None, lse=None):
+def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale, *, out=None, lse=None,
+                       index_sharing="unknown"):
     """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
-    writes into them (and returns them), allocating whichever is missing."""
+    writes into them (and returns them), allocating whichever is missing. index_sharing:
+    "unknown", "consecutive" (prefill) or "none" (decode), the planner's hint."""
     if out is None and lse is None:
-        return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale))
+        return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale),
+                                                index_sharing)
     T, H = q_nope.shape[0], q_nope.shape[1]
     if out is None:
         out = torch.empty((T, H, 512), dtype=torch.bfloat16, device=q_nope.device)
     if lse is None:
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
-    torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse)
+    torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse,
+                                         index_sharing)
     return out, lse
 
 

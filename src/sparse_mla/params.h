@@ -79,8 +79,10 @@ inline constexpr int kSharedRowsTileEntries = 32;
 // Row indices the shared-rows kernel accepts: num_rows < 2^28 (its entry word is row << 4 | the
 // 4 tokens' bits; 2^28 rows of 1152 B are 309 GB, more than a GPU holds).
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
-// The planner's smallest T for it (prefill sizes; sparse_mla.cpp says why).
+// The planner's smallest T for it (prefill sizes; sparse_mla.cpp says why), and when the caller
+// says consecutive tokens share rows (IndexSharing::consecutive).
 inline constexpr int kSharedRowsMinTokens = 2048;
+inline constexpr int kSharedRowsMinTokensSharing = 512;
 // Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group of
 // kSharedRowsTokens tokens, which all head groups' CTAs of that group read: a 16-byte header
 // (union entries, keys, whether entries are words), then 4 topk + 32 uint32 (entry words padded

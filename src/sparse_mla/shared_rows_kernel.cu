@@ -97,16 +97,21 @@
 //               2599-2641 -> 955 / 1755 / 2493 (runs 110-111); 16384- and 32768-row prefixes
 //               at T = 4096 2390 -> 2350 and 2690 -> 2616. Spans < 8192 only (one compaction
 //               chunk) measured the same within 0.7 %.
+//   v10         a group of at most 512 / 2048 valid keys (short lists) compacts them and sorts
+//               only those, 1 / 4 keys per thread instead of 16: the pass at 16 rows per token
+//               32 -> 16 us (T = 1024), 108 -> 53 (T = 4096); forced on 16 / 300 rows per token
+//               at T = 1024 65.5 / 179.5 -> 49.6 / 166.0 us; full lists and prefill unchanged
+//               within noise (runs 117-119).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
-// The planner picks this kernel for 16 heads at T >= 2048 when its CTAs fill whole waves
-// (sparse_mla.cpp): tokens that share no rows (decode batches) pay the sort and 4x masked MMA
-// work. Since v8 it wins on runs of 1-2048 rows at T >= 1024 and on full random lists, but
-// loses to split-K on short lists of equal length (the union pass sorts 4 x topk keys whatever
-// their number: T = 4096 with 16 / 300 / 1000 rows per token 215 / 656 / 1652 us vs split-K
-// 110 / 549 / 1591, run 105).
+// The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
+// from T = 512 when the caller says consecutive tokens share rows, never when it says they
+// share none (IndexSharing, sparse_mla.cpp). Tokens that share no rows (decode batches) pay the
+// union pass and 4x masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
+// but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
+// fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -212,7 +217,7 @@ enum SharedRowsTimeline {
 //   kernel's scores warpgroup counts keys per tile. A group whose rows span < 32768 (a prefill
 //   group: its rows lie in its tokens' context) and that repeats no row skips the sort: a bitmap
 //   of 4 token bits per row gives the entry words directly (T = 4096 prefill: 109 -> 42 us for
-//   the pass, runs 110-111).
+//   the pass, runs 110-111). A group with few valid keys compacts them and sorts only those.
 // This ran at the head of every main CTA until run 94 (~21 us of its ~250, one CTA per SM, so
 // ~8 waves of it at T = 4096). A kernel of its own runs two groups per SM, so their
 // latency-bound sorts overlap.
@@ -223,16 +228,94 @@ constexpr int kUnionThreads = 512;
 constexpr int kUnionWarps = kUnionThreads / 32;
 constexpr int kUnionKeysPerThread = (kMaxKeys + kUnionThreads - 1) / kUnionThreads;
 constexpr int kUnionCtasPerSm = 2;
-using KeySort = cub::BlockRadixSort<uint32_t, kUnionThreads, kUnionKeysPerThread>;
+// The sort's sizes: a group with few valid keys (short lists, small topk) sorts only those.
+template <int kItems>
+using KeySort = cub::BlockRadixSort<uint32_t, kUnionThreads, kItems>;
+constexpr int kShortSortItems = 1, kMediumSortItems = 4;  // <= 512 and <= 2048 valid keys
+
+// The union from sorted keys: sorts keys (kItems per thread, every valid key below invalid_key,
+// the others equal to it; the valid ones as (row - row_lo) << 2 | token), then writes the
+// entries. Sorting the valid keys alone gives the same first num_keys positions as sorting all
+// 4 x topk, so every size writes the same record. Returns the number of entries; then
+// *s_repeats tells whether the record holds keys and each entry's first key (a repeated key)
+// or entry words.
+template <int kItems>
+__device__ __forceinline__ int union_by_sort(uint32_t (&keys)[kItems], typename KeySort<kItems>::TempStorage& scratch,
+                                             uint32_t* s_keys, int* s_counts, int* s_repeats, uint32_t invalid_key,
+                                             int row_lo, uint32_t* g_words, uint16_t* g_entry) {
+  constexpr int kN = kItems * kUnionThreads;
+  const int tid = threadIdx.x;
+  const int end_bit = max(1, 32 - __clz(invalid_key));
+  KeySort<kItems>(scratch).SortBlockedToStriped(keys, 0, end_bit);
+  __syncthreads();  // the sort's scratch is free: the keys go over it
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) s_keys[j * kUnionThreads + tid] = keys[j];
+  __syncthreads();  // sorted keys visible
+
+  // Union entries: the first key of each row, compacted in key order.
+  bool head[kItems];
+  uint32_t tokens_of[(kItems + 7) / 8] = {};  // 4 bits per key
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = j * kUnionThreads + tid;
+    const bool valid = keys[j] < invalid_key;
+    const uint32_t row = keys[j] >> kKeyShift;  // minus row_lo
+    head[j] = valid && (i == 0 || (s_keys[i - 1] >> kKeyShift) != row);
+    if (valid && i > 0 && s_keys[i - 1] == keys[j]) *s_repeats = 1;
+    // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
+    // end reads the last key, which is of this row or above it): branches here serialised them.
+    uint32_t tokens = 1u << (keys[j] & kKeyToken);
+#pragma unroll
+    for (int d = 1; d < kTokens; ++d) {
+      const uint32_t next = s_keys[min(i + d, kN - 1)];
+      tokens |= (next >> kKeyShift) == row ? 1u << (next & kKeyToken) : 0u;
+    }
+    tokens_of[j / 8] |= tokens << (4 * (j % 8));
+  }
+  // A sorted key back to its cache row, shifted into the layout both paths read (row << 4 | low).
+  const auto row_word = [&](uint32_t key, uint32_t low) { return (((key >> kKeyShift) + row_lo) << kRowShift) | low; };
+  const int num_entries = block_compact<kItems, kUnionThreads>(head, s_counts, [&](int rank, int j) {
+    if (*s_repeats)
+      g_entry[rank] = static_cast<uint16_t>(j * kUnionThreads + tid);
+    else
+      g_words[rank] = row_word(keys[j], (tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
+  });
+  if (*s_repeats) {  // the counting path reads keys as row << 4 | token
+#pragma unroll
+    for (int j = 0; j < kItems; ++j)
+      if (keys[j] < invalid_key) g_words[j * kUnionThreads + tid] = row_word(keys[j], keys[j] & kKeyToken);
+  }
+  return num_entries;
+}
+
+// Few valid keys, already compacted into s_keys[0, num_keys): loaded kItems per thread and
+// sorted alone. Not inlined: inlined, they raised the kernel's spills from 128 to 148 bytes
+// and prefill's pass (the bitmap path) from 41.4 to 43.9 us (run 119; 38.5 before them).
+template <int kItems>
+__device__ __noinline__ int union_of_few_keys(int num_keys, typename KeySort<kItems>::TempStorage& scratch, uint32_t* s_keys,
+                                              int* s_counts, int* s_repeats, uint32_t invalid_key, int row_lo,
+                                              uint32_t* g_words, uint16_t* g_entry) {
+  uint32_t few[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = j * kUnionThreads + threadIdx.x;
+    few[j] = i < num_keys ? s_keys[i] : invalid_key;
+  }
+  __syncthreads();  // the sort's scratch overlays s_keys
+  return union_by_sort<kItems>(few, scratch, s_keys, s_counts, s_repeats, invalid_key, row_lo, g_words, g_entry);
+}
+
 __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_shared_rows_union_kernel(const SparseMlaParams p) {
   __shared__ union {
-    typename KeySort::TempStorage sort;
+    typename KeySort<kUnionKeysPerThread>::TempStorage sort;
+    typename KeySort<kMediumSortItems>::TempStorage medium_sort;
+    typename KeySort<kShortSortItems>::TempStorage short_sort;
     uint32_t keys[kMaxKeys];  // sorted, once the sort's scratch is free
   } s;
   __shared__ int s_counts[kUnionKeysPerThread * kUnionWarps + 1];  // the compaction's heads per (item, warp)
-  __shared__ int s_num_keys;
   __shared__ int s_repeats;                // some token lists some row twice
   __shared__ int s_row_lo[kUnionWarps], s_row_hi[kUnionWarps];  // per warp: lowest and highest valid row
+  __shared__ int s_warp_keys[kUnionWarps];  // per warp: valid keys
   ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -242,10 +325,10 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   uint16_t* g_entry = reinterpret_cast<uint16_t*>(record + shared_rows_union_entries_offset(p.topk));
 
   // Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token first;
-  // then the group's row span; then sorted as (row - lowest row) << 2 | token.
+  // then the group's row span and number of valid keys; then (row - lowest row) << 2 | token.
   uint32_t keys[kUnionKeysPerThread];
   const int num_positions = kTokens * p.topk;
-  int row_lo = INT_MAX, row_hi = -1;
+  int row_lo = INT_MAX, row_hi = -1, my_keys = 0;
   const float inv_topk = 1.f / static_cast<float>(p.topk);
 #pragma unroll
   for (int j = 0; j < kUnionKeysPerThread; ++j) {
@@ -262,26 +345,36 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
     row_lo = valid ? min(row_lo, row) : row_lo;
     row_hi = valid ? max(row_hi, row) : row_hi;
+    my_keys += valid;
   }
   row_lo = __reduce_min_sync(0xffffffffu, row_lo);
   row_hi = __reduce_max_sync(0xffffffffu, row_hi);
-  if (lane == 0) s_row_lo[warp] = row_lo, s_row_hi[warp] = row_hi;
-  if (tid == 0) s_num_keys = 0, s_repeats = 0;
+  my_keys = __reduce_add_sync(0xffffffffu, my_keys);
+  if (lane == 0) s_row_lo[warp] = row_lo, s_row_hi[warp] = row_hi, s_warp_keys[warp] = my_keys;
+  if (tid == 0) s_repeats = 0;
   __syncthreads();
 #pragma unroll
   for (int w = 0; w < kUnionWarps; ++w) row_lo = min(row_lo, s_row_lo[w]), row_hi = max(row_hi, s_row_hi[w]);
+  // The valid keys, summed where needed: a register live across the bitmap path spills.
+  const auto count_keys = [&] {
+    int n = 0;
+#pragma unroll
+    for (int w = 0; w < kUnionWarps; ++w) n += s_warp_keys[w];
+    return n;
+  };
   const bool any_row = row_hi >= 0;
   const uint32_t key_base = any_row ? static_cast<uint32_t>(row_lo) << kKeyShift : 0u;
   const uint32_t invalid_key = any_row ? static_cast<uint32_t>(row_hi - row_lo + 1) << kKeyShift : 0u;  // above every valid key
 #pragma unroll
   for (int j = 0; j < kUnionKeysPerThread; ++j) keys[j] = keys[j] == ~0u ? invalid_key : keys[j] - key_base;
-  // The record's last writes, the same for both ways of building the union below.
+  // The record's last writes, the same for every way of building the union below.
   const auto finish_record = [&](int num_entries, bool words) {
     if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
       g_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
     if (tid == 0) {
-      g_entry[num_entries] = static_cast<uint16_t>(s_num_keys);
-      *reinterpret_cast<int4*>(record) = make_int4(num_entries, s_num_keys, words ? 1 : 0, 0);
+      const int num_keys = count_keys();
+      g_entry[num_entries] = static_cast<uint16_t>(num_keys);
+      *reinterpret_cast<int4*>(record) = make_int4(num_entries, num_keys, words ? 1 : 0, 0);
       reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk))[blockIdx.x] = num_entries;
     }
   };
@@ -290,24 +383,20 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   // bitmap replace the sort. The rows are compacted in chunks of kMaxKeys: in chunk c, row
   // c * kMaxKeys + j * kUnionThreads + tid (above the lowest) is thread tid's item j, so the
   // entries come out in row order. A token that lists a row twice sets a bit already set: such a
-  // group takes the sort below (its scratch overwrites the bitmap).
+  // group takes the sort below (which overwrites the bitmap).
   constexpr int kBitmapRows = 4 * kMaxKeys;  // 16 KB of bitmap in the keys' 32 KB
   if (row_hi - row_lo < kBitmapRows) {       // uniform over the CTA; no valid row: row_hi - row_lo < 0
     constexpr int kBitsPerRow = kRowShift;   // one per token, the low bits of an entry word
     uint32_t* s_bits = s.keys;               // kBitmapRows / 8 words of 8 rows x 4 token bits
     for (int w = tid; w < kBitmapRows / 8; w += kUnionThreads) s_bits[w] = 0;
     __syncthreads();
-    int my_keys = 0;
 #pragma unroll
     for (int j = 0; j < kUnionKeysPerThread; ++j) {
       if (keys[j] >= invalid_key) continue;
       const uint32_t r = keys[j] >> kKeyShift, bit = 1u << ((r % 8) * kBitsPerRow + (keys[j] & kKeyToken));
       if (atomicOr(&s_bits[r / 8], bit) & bit) s_repeats = 1;
-      ++my_keys;
     }
-    my_keys = __reduce_add_sync(0xffffffffu, my_keys);
-    if (lane == 0) atomicAdd(&s_num_keys, my_keys);
-    __syncthreads();  // the bitmap, s_repeats and s_num_keys complete
+    __syncthreads();  // the bitmap and s_repeats complete
     if (!s_repeats) {
       const int chunks = any_row ? (row_hi - row_lo) / kMaxKeys + 1 : 0;
       int num_entries = 0;
@@ -331,55 +420,27 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
       finish_record(num_entries, true);
       return;
     }
-    // A repeated row: the sort below. Its scratch overlays the bitmap, which no thread reads
-    // after the barrier above; s_num_keys is set again, to the same count.
+    // A repeated row: the sort below. No thread reads the bitmap after the barrier above.
   }
 
-  const int end_bit = max(1, 32 - __clz(invalid_key));
-  KeySort(s.sort).SortBlockedToStriped(keys, 0, end_bit);
-  __syncthreads();  // the sort's scratch is free: the keys go over it
+  // Rows anywhere in the cache (decode): a radix sort over the bits the span needs. Few valid
+  // keys (short lists) are compacted first and sorted alone: all 4 x topk cost ~30 us a wave
+  // however few were valid (run 105).
+  int num_entries;
+  const int num_keys = count_keys();
+  if (num_keys <= kMediumSortItems * kUnionThreads) {
+    bool valid[kUnionKeysPerThread];
 #pragma unroll
-  for (int j = 0; j < kUnionKeysPerThread; ++j)
-    if (j * kUnionThreads + tid < kMaxKeys) s.keys[j * kUnionThreads + tid] = keys[j];
-  __syncthreads();  // sorted keys visible
-
-  // Union entries: the first key of each row, compacted in key order.
-  bool head[kUnionKeysPerThread];
-  uint32_t tokens_of[(kUnionKeysPerThread + 7) / 8] = {};  // 4 bits per key
-#pragma unroll
-  for (int j = 0; j < kUnionKeysPerThread; ++j) {
-    const int i = j * kUnionThreads + tid;
-    const bool valid = i < kMaxKeys && keys[j] < invalid_key;
-    const uint32_t row = keys[j] >> kKeyShift;  // minus row_lo
-    head[j] = valid && (i == 0 || (s.keys[i - 1] >> kKeyShift) != row);
-    if (valid && i > 0 && s.keys[i - 1] == keys[j]) s_repeats = 1;
-    if (valid && (i + 1 == kMaxKeys || s.keys[i + 1] >= invalid_key)) s_num_keys = i + 1;
-    // Without repeats a row has at most kTokens keys. Unconditional loads (a position past the
-    // end reads the last key, which is of this row or above it): branches here serialised them.
-    uint32_t tokens = 1u << (keys[j] & kKeyToken);
-#pragma unroll
-    for (int d = 1; d < kTokens; ++d) {
-      const uint32_t next = s.keys[min(i + d, kMaxKeys - 1)];
-      tokens |= (next >> kKeyShift) == row ? 1u << (next & kKeyToken) : 0u;
-    }
-    tokens_of[j / 8] |= tokens << (4 * (j % 8));
+    for (int j = 0; j < kUnionKeysPerThread; ++j) valid[j] = keys[j] < invalid_key;
+    block_compact<kUnionKeysPerThread, kUnionThreads>(valid, s_counts, [&](int rank, int j) { s.keys[rank] = keys[j]; });
+    __syncthreads();  // the valid keys, in s.keys[0, num_keys)
+    num_entries = num_keys <= kShortSortItems * kUnionThreads
+                      ? union_of_few_keys<kShortSortItems>(num_keys, s.short_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry)
+                      : union_of_few_keys<kMediumSortItems>(num_keys, s.medium_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry);
+  } else {
+    num_entries = union_by_sort<kUnionKeysPerThread>(keys, s.sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry);
   }
-  // A sorted key back to its cache row, shifted into the layout both paths read (row << 4 | low).
-  const auto row_word = [&](uint32_t key, uint32_t low) { return (((key >> kKeyShift) + row_lo) << kRowShift) | low; };
-  const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
-    if (s_repeats)
-      g_entry[rank] = static_cast<uint16_t>(j * kUnionThreads + tid);
-    else
-      g_words[rank] = row_word(keys[j], (tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
-  });
   const bool words = !s_repeats;  // uniform over the CTA
-  if (!words) {  // the counting path reads keys as row << 4 | token
-#pragma unroll
-    for (int j = 0; j < kUnionKeysPerThread; ++j) {
-      const int i = j * kUnionThreads + tid;
-      if (i < kMaxKeys && keys[j] < invalid_key) g_words[i] = row_word(keys[j], keys[j] & kKeyToken);
-    }
-  }
   finish_record(num_entries, words);
 }
 

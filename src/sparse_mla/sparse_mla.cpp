@@ -65,6 +65,11 @@ void validate_shape(int num_tokens, int num_heads, int topk) {
     fail("num_heads", "must be 16, 32, 64 or 128, got " + std::to_string(num_heads));
 }
 
+void validate_sharing(IndexSharing sharing) {
+  if (sharing != IndexSharing::unknown && sharing != IndexSharing::consecutive && sharing != IndexSharing::none)
+    fail("index_sharing", "must be unknown, consecutive or none, got " + std::to_string(static_cast<int>(sharing)));
+}
+
 detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
   const ResolvedStrides s = resolve(p);
   detail::SparseMlaParams k{};
@@ -101,6 +106,7 @@ DeviceInfo DeviceInfo::from_device(int device) {
 
 void validate(const SparseMlaProblem& p) {
   validate_shape(p.num_tokens, p.num_heads, p.topk);
+  validate_sharing(p.index_sharing);
   if (p.page_size < 1) fail("page_size", "must be >= 1, got " + std::to_string(p.page_size));
   if (p.num_pages < 1) fail("num_pages", "must be >= 1, got " + std::to_string(p.num_pages));
   if (static_cast<int64_t>(p.num_pages) * p.page_size > std::numeric_limits<int32_t>::max())
@@ -141,8 +147,10 @@ static int launch_ctas(int64_t ctas) {
   return static_cast<int>(ctas);
 }
 
-SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice) {
+SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
+                              IndexSharing sharing) {
   validate_shape(num_tokens, num_heads, topk);
+  validate_sharing(sharing);
   if (dev.cc_major != 9)
     fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
                        " unsupported: the kernels are built for sm_90a (H100/H200)");
@@ -153,20 +161,26 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.topk = topk;
   PlanChoice::Kernel choice_kernel = choice.kernel;
   // Shared rows (4 tokens per CTA, 16 heads; shared_rows_kernel.cu) when forced, or by the
-  // planner for 16 heads at prefill sizes (T >= 2048) when its CTAs fill whole waves: each CTA
-  // runs for its 4 tokens' whole index lists (~230 us at topk 2048), so a partial last wave
-  // costs a full CTA time. Measured on the H100 (docs/perf.md runs 54, 57, 98, 104-105): prefill
-  // T=2048 / 4096 / 8192 -9 / -17 / -32 % vs split-K; random T=1024 at 0.98x the gather floor
-  // (split-K 1.08x); runs of 1-2048 rows (decode) at T=1024 / 2048 -5 / -1 % since the groups run
-  // largest first. But tokens with short lists of equal length lose: the union pass sorts 4 x topk
-  // keys however few are valid (T=1024 with 16 / 64 / 1000 rows each: 66 / 88 / 427 us vs split-K
-  // 35 / 52 / 412; T=4096: 215 / 291 / 1652 vs 110 / 171 / 1591). The planner sees no indices,
-  // so it keeps split-K below prefill sizes; T=256 (64 CTAs) would be +75 %.
+  // planner for 16 heads when its CTAs fill >= 90 % of whole waves (each CTA runs for its 4
+  // tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
+  // time) and T is large enough for the caller's IndexSharing. Measured on the H100 (docs/perf.md
+  // runs 54, 57, 98, 104-105, 117-119): it wins where consecutive tokens share rows (prefill of
+  // an 8192-row prefix: T = 512 / 1024 / 2048 / 4096 / 8192 -6 / -10 / -11 / -17 / -32 % vs
+  // split-K; of a 2048-row prefix: T = 512 / 1024 -56 / -62 %), and where tokens share none it
+  // wins on full random lists (T = 1024 0.98x the gather floor, split-K 1.08x) and on runs of
+  // 1-2048 rows (T = 1024 / 2048 -5 / -1 %), but loses on full contiguous runs (+5 % at T = 1024)
+  // and on short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146;
+  // at T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
+  // too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
+  // takes shared rows from T = 2048 (prefill sizes), with consecutive from T = 512 (128 CTAs, one
+  // wave; T = 256 is +82 %), with none never.
+  const int min_tokens = sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens;
   const int64_t shared_rows_ctas = ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
-                                         choice.splits == 0 && num_tokens >= detail::kSharedRowsMinTokens && num_heads == kHeadGroup &&
+                                         choice.splits == 0 && sharing != IndexSharing::none && num_tokens >= min_tokens &&
+                                         num_heads == kHeadGroup &&
                                          topk <= SparseMlaPlan::kMaxChunk &&
                                          shared_rows_fills_waves &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
@@ -257,7 +271,7 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
   // Outside the shared-rows kernel's cache limits the planner keeps split-K.
   PlanChoice choice;
   if (!shared_rows_cache_limit(problem).empty()) choice.kernel = PlanChoice::Kernel::split_k;
-  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice);
+  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice, problem.index_sharing);
 }
 
 namespace detail {

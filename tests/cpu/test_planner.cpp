@@ -107,6 +107,35 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, small_smem).kernel, SparseMlaKernel::split_k);
 }
 
+// The caller's hint moves the threshold: "consecutive" (prefill) takes shared rows from T = 512
+// (128 CTAs, one wave 97 % full), "none" (decode) never; whole waves are still required.
+TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
+  const auto kernel = [](int T, int H, IndexSharing sharing) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
+  for (int T : {512, 1024, 2048, 4096, 8192})
+    EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T;
+  // 64 CTAs (half a wave), 150 CTAs (2 waves, 57 %), 511 tokens, other head counts: split-K.
+  for (int T : {1, 256, 511, 600})
+    EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::split_k) << T;
+  EXPECT_EQ(kernel(4096, 32, IndexSharing::consecutive), SparseMlaKernel::split_k);
+  for (int T : {512, 1024, 2048, 4096, 8192}) EXPECT_EQ(kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
+  // unknown is the default: shared rows from T = 2048.
+  EXPECT_EQ(kernel(1024, 16, IndexSharing::unknown), SparseMlaKernel::split_k);
+  EXPECT_EQ(kernel(2048, 16, IndexSharing::unknown), SparseMlaKernel::shared_rows);
+  // A forced kernel wins over the hint.
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  EXPECT_EQ(plan_sparse_mla(64, 16, 2048, kH100, forced, IndexSharing::none).kernel, SparseMlaKernel::shared_rows);
+  forced.kernel = PlanChoice::Kernel::split_k;
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, forced, IndexSharing::consecutive).kernel, SparseMlaKernel::split_k);
+  // A value outside the enum is refused, naming it.
+  try {
+    plan_sparse_mla(4096, 16, 2048, kH100, {}, static_cast<IndexSharing>(7));
+    ADD_FAILURE() << "no error for index_sharing 7";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("index_sharing"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Planner, SharedRowsWhenForced) {
   PlanChoice forced;
   forced.kernel = PlanChoice::Kernel::shared_rows;

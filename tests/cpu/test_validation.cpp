@@ -53,6 +53,17 @@ TEST(Validate, AcceptsAGoodProblem) {
   EXPECT_NO_THROW(validate(p));
 }
 
+TEST(Validate, IndexSharingMustBeOneOfTheHints) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  for (IndexSharing s : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
+    p.index_sharing = s;
+    EXPECT_NO_THROW(validate(p));
+  }
+  p.index_sharing = static_cast<IndexSharing>(3);
+  expect_error_naming(p, "index_sharing");
+}
+
 // A forced shared-rows plan on a cache too large for its entry words (row << 4 | tokens) is
 // refused before anything is launched, naming the limit and the kernel to use instead.
 TEST(Validate, SharedRowsRefusesCachesOf2To28Rows) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -294,6 +295,61 @@ TEST_F(Gpu, SharedRowsBitmapAndSortAgreeAtTheSpanLimit) {
   const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
   const Agreement a = run_and_compare(hp, &plan);
   EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+// Groups whose rows lie far apart (decode) are sorted; those with few valid keys sort only
+// those, in a sort of 1 or 4 keys per thread instead of 16. Groups at each size's edge (512 /
+// 513 / 2048 / 2049 valid keys) with distinct rows per token (entry words), the same sizes with
+// a repeated row (key counts), and a few keys far apart, with and without a repeat: each must
+// write the record the full sort writes.
+TEST_F(Gpu, SharedRowsSortsOnlyTheValidKeys) {
+  const int topk = 700, groups = 8;
+  HostProblem hp = make_problem(4 * groups, 16, topk, 64, 600, IndexPattern::random, 512);
+  const int num_rows = 64 * 600;  // spans above 32768: no bitmap
+  std::mt19937 rng(5);
+  const auto fill_group = [&](int g, int valid_keys, bool repeat) {
+    for (int t = 4 * g; t < 4 * g + 4; ++t) {
+      const int mine = valid_keys / 4 + (t - 4 * g < valid_keys % 4 ? 1 : 0);
+      std::vector<int> rows(num_rows);
+      std::iota(rows.begin(), rows.end(), 0);
+      std::shuffle(rows.begin(), rows.end(), rng);  // distinct rows per token
+      rows.resize(mine);
+      rows.resize(topk, -1);
+      std::shuffle(rows.begin(), rows.end(), rng);  // -1 anywhere
+      std::copy(rows.begin(), rows.end(), hp.indices.begin() + size_t(t) * topk);
+    }
+    int* first = &hp.indices[size_t(4 * g) * topk];
+    int* v = std::find_if(first, first + topk, [](int r) { return r >= 0; });
+    *v = 0;  // both ends of the cache: a span of num_rows
+    int* w = std::find_if(v + 1, first + topk, [](int r) { return r >= 0; });
+    *w = num_rows - 1;
+    if (repeat) *std::find_if(w + 1, first + topk, [](int r) { return r >= 0; }) = *w;  // token 4g lists a row twice
+  };
+  fill_group(0, 512, false);
+  fill_group(1, 513, false);
+  fill_group(2, 2048, false);
+  fill_group(3, 2049, false);
+  fill_group(4, 512, true);
+  fill_group(5, 2048, true);
+  fill_group(6, 8, false);  // token 4g: rows 0 and num_rows - 1
+  fill_group(7, 12, true);  // token 4g: rows 0, num_rows - 1 and num_rows - 1
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+// T = 512 prefill: with index_sharing = consecutive the planner takes shared rows (128 CTAs, a
+// wave of 132 SMs), with the other hints split-K; all three agree with the reference.
+TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
+  const HostProblem hp = make_problem(512, 16, 2048, 64, 128, IndexPattern::shared_prefix, 512, /*prefix_len=*/8192);
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
+    if (sharing != IndexSharing::consecutive) EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k);
+    if (sharing == IndexSharing::consecutive && dev.sm_count == 132) EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows);  // H100, H200
+    const Agreement a = run_and_compare(hp, &plan);
+    EXPECT_TRUE(a.ok()) << static_cast<int>(sharing) << ": " << a.summary();
+  }
 }
 
 // The main kernel's CTAs take the groups largest union first (group_by_union_size), an order

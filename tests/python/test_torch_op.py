@@ -172,3 +172,16 @@ def test_clear_errors(mutate, message):
     mutate(args)
     with pytest.raises(RuntimeError, match=message.replace("[", r"\[").replace("]", r"\]")):
         dsa.sparse_mla_forward(*args, SM_SCALE)
+
+
+@pytest.mark.parametrize("index_sharing", ["unknown", "consecutive", "none"])
+def test_every_index_sharing_hint(index_sharing):
+    # T = 512 at 16 heads: "consecutive" plans the shared-rows kernel there, the others split-K.
+    args = make_inputs(T=512, topk=2048, num_pages=64, seed=51)
+    check(dsa.sparse_mla_forward(*args, SM_SCALE, index_sharing=index_sharing), reference(*args, SM_SCALE))
+
+
+def test_bad_index_sharing_is_a_clear_error():
+    args = make_inputs(T=2, seed=52)
+    with pytest.raises(RuntimeError, match="index_sharing must be 'unknown', 'consecutive'"):
+        dsa.sparse_mla_forward(*args, SM_SCALE, index_sharing="prefill")

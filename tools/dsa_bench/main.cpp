@@ -46,6 +46,7 @@ struct Options : TimingOptions {
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0, fused_rows = 0;
   std::string kernel = "auto";  // auto (planner), split-k, shared-rows
+  std::string sharing = "unknown";  // the planner's IndexSharing hint: unknown, consecutive, none
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
@@ -156,6 +157,12 @@ PlanChoice plan_choice(const Options& o) {
   return c;
 }
 
+IndexSharing index_sharing(const Options& o) {
+  if (o.sharing == "consecutive") return IndexSharing::consecutive;
+  if (o.sharing == "none") return IndexSharing::none;
+  return IndexSharing::unknown;
+}
+
 const char* kernel_name(const SparseMlaPlan& plan) {
   return plan.kernel == SparseMlaKernel::shared_rows ? "rows" : "splitk";
 }
@@ -232,8 +239,9 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.q_nope = d_qn.get(); p.q_pe = d_qp.get(); p.ckv_cache = cache.ckv; p.kpe_cache = cache.kpe;
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
+  p.index_sharing = index_sharing(o);
   validate(p);
-  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), plan_choice(o));
+  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), plan_choice(o), p.index_sharing);
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
@@ -710,6 +718,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, dsa::SparseMlaPlan::kMaxChunk));
   app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (4 tokens per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
+  app.add_option("--sharing", o.sharing, "the planner's hint: unknown, consecutive (prefill: tokens share rows), none (decode)")
+      ->check(CLI::IsMember({"unknown", "consecutive", "none"}));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
