@@ -42,5 +42,17 @@ TEST(IndexAnalysis, CapturedStyleTokensAndSharing) {
   EXPECT_THROW(analysis::summarize(idx, 3, 6, 1000, 64), Error);
 }
 
+TEST(IndexAnalysis, UnionsOfFourTokenGroups) {
+  // Tokens 0-3 (one group) list rows {1,2} {2,3} {3,4} {1,4}: 4 distinct of 8. The partial
+  // second group: token 4 lists 7 twice (1 distinct of 2), token 5 rows 1 and 2, which the
+  // first group also read, and 9 (3 more: groups are counted apart).
+  const std::vector<int32_t> idx = {1, 2, -1,  2, 3, -1,  3, 4, -1,  1, 4, -1,  7, 7, -1,  1, 2, 9};
+  const auto s = analysis::summarize(idx, 6, 3, 100, 10);
+  EXPECT_EQ(s.valid, 13);
+  EXPECT_EQ(s.group_union_rows, 4 + 1 + 3);
+  EXPECT_NEAR(s.group_union_ratio(), 8.0 / 13.0, 1e-12);
+  EXPECT_EQ(s.unique_rows, 6);
+}
+
 }  // namespace
 }  // namespace dsa

@@ -55,7 +55,7 @@ Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk,
   Summary s;
   s.num_tokens = num_tokens;
   s.topk = topk;
-  std::unordered_set<int32_t> rows;
+  std::unordered_set<int32_t> rows, group_rows;
   std::unordered_set<int64_t> pages;
   std::vector<int> valid_counts;
   for (int t = 0; t < num_tokens; ++t) {
@@ -73,10 +73,12 @@ Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk,
     s.mean_longest_run += ts.longest_run;
     s.mean_pages += ts.pages_touched;
     valid_counts.push_back(ts.valid);
+    if (t % kGroupTokens == 0) group_rows.clear();
     for (int k = 0; k < topk; ++k)
       if (idx[k] >= 0 && idx[k] < num_rows) {
         rows.insert(idx[k]);
         pages.insert(idx[k] / page_size);
+        s.group_union_rows += group_rows.insert(idx[k]).second;
       }
   }
   s.unique_rows = static_cast<int64_t>(rows.size());

@@ -25,13 +25,22 @@ struct Summary {
   int num_tokens = 0, topk = 0;
   int64_t valid = 0, padding = 0, out_of_range = 0, duplicates = 0;
   int64_t unique_rows = 0;       // distinct valid rows over all tokens
+  // Distinct valid rows of each group of kGroupTokens consecutive tokens, summed over the
+  // groups: the rows the shared-rows kernel gathers (its union entries).
+  int64_t group_union_rows = 0;
   int min_valid = 0, median_valid = 0, max_valid = 0;
   int tokens_left_packed = 0, tokens_sorted = 0, tokens_empty = 0;
   double mean_runs = 0, mean_longest_run = 0, mean_pages = 0;
   int64_t pages_touched = 0;     // distinct pages over all tokens
   // Share of valid entries that another token also reads: 1 - unique_rows / valid.
   double shared_fraction() const { return valid > 0 ? 1.0 - double(unique_rows) / double(valid) : 0.0; }
+  // The groups' unions against their valid entries: 1 when consecutive tokens share no rows,
+  // down to 1 / kGroupTokens when all four list the same ones.
+  double group_union_ratio() const { return valid > 0 ? double(group_union_rows) / double(valid) : 1.0; }
 };
+
+// Tokens per group of the shared-rows kernel (kSharedRowsTokens in src/sparse_mla/params.h).
+inline constexpr int kGroupTokens = 4;
 
 TokenStats analyze_token(const int32_t* indices, int topk, int64_t num_rows, int page_size);
 Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,

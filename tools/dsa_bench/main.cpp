@@ -638,16 +638,20 @@ int run_inspect(const Options& o, int tokens_shown) {
                 sum.mean_longest_run, sum.mean_pages, static_cast<long long>(sum.pages_touched));
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
-    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev);
+    static_assert(analysis::kGroupTokens == detail::kSharedRowsTokens, "the analysis groups tokens as the kernel does");
+    std::printf("         %d-token groups: unions of %.1f%% of their valid entries (100%%: no sharing; shared-rows "
+                "won at ~67%%, lost at ~91%%, perf.md run 118)\n",
+                analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
+    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev, {}, index_sharing(o));
     if (plan.kernel == SparseMlaKernel::shared_rows) {
-      std::printf("planner (%s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens, %d-entry union tiles, "
-                  "workspace %zu bytes\n",
-                  dev_name.c_str(), plan.ctas, detail::kSharedRowsTokens, plan.block_keys, plan.workspace_bytes);
+      std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens, "
+                  "%d-entry union tiles, workspace %zu bytes\n",
+                  dev_name.c_str(), o.sharing.c_str(), plan.ctas, detail::kSharedRowsTokens, plan.block_keys, plan.workspace_bytes);
       continue;
     }
-    std::printf("planner (%s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, %d-row tiles, "
-                "workspace %zu bytes%s\n",
-                dev_name.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
+    std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
+                "%d-row tiles, workspace %zu bytes%s\n",
+                dev_name.c_str(), o.sharing.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
                 plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
     if (plan.fused_rows > 0) {
       int fused = 0;
@@ -739,6 +743,8 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand("inspect", "analyse index data: a workload file or a built-in suite");
   inspect->add_option("source", inspect_source, "FILE.jsonl or suite name")->required();
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
+  inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: unknown, consecutive, none")
+      ->check(CLI::IsMember({"unknown", "consecutive", "none"}));
   dsa::bench::DenseOptions dense_o;
   CLI::App* dense = app.add_subcommand("dense", "verify and time the dense attention forward");
   dense->add_option("--suite", dense_o.suite, "built-in suite: targets, smoke")
