@@ -35,7 +35,7 @@ inline constexpr int kHeadGroup = 16;  // heads one tile of the kernel computes 
 enum class IndexSharing {
   unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes)
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
-                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512
+                // (prefill, chunked prefill): shared_rows for any H from T >= 512
   none,         // tokens of different sequences (a decode batch): split_k at every T
 };
 
@@ -83,8 +83,8 @@ enum class SparseMlaKernel {
   shared_rows,  // one CTA per (4 consecutive tokens, 16 heads) on wgmma with M = 64; a row
                 // several of them list is gathered and read once for all four (prefill, where
                 // the tokens of a sequence share rows). The planner picks it for 16 heads at
-                // T >= 2048 (T >= 512 for IndexSharing::consecutive, never for none) when its
-                // CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on an H100); topk
+                // T >= 2048 (any H from T >= 512 for IndexSharing::consecutive, never for none)
+                // when its CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on an H100); topk
                 // <= 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements
 };
 

@@ -171,16 +171,18 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // 1-2048 rows (T = 1024 / 2048 -5 / -1 %), but loses on full contiguous runs (+5 % at T = 1024)
   // and on short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146;
   // at T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
-  // too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
-  // takes shared rows from T = 2048 (prefill sizes), with consecutive from T = 512 (128 CTAs, one
-  // wave; T = 256 is +82 %), with none never.
+  // too (+19-20 % at T = 512 / 1024). More heads run a CTA per 16 of them on the same union:
+  // prefill at H = 32 / 64 / 128 and T = 512-2048 -8 to -11 %, random T = 1024 at H = 32 / 64
+  // +27 / +30 % (run 122). The planner sees no indices: with no hint (unknown) it takes shared
+  // rows for 16 heads from T = 2048 (prefill sizes), with consecutive for any H from T = 512
+  // (128 groups, one wave at 16 heads; T = 256 is +82 %), with none never.
   const int min_tokens = sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens;
   const int64_t shared_rows_ctas = ceil_div(num_tokens, detail::kSharedRowsTokens) * (num_heads / kHeadGroup);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && sharing != IndexSharing::none && num_tokens >= min_tokens &&
-                                         num_heads == kHeadGroup &&
+                                         (num_heads == kHeadGroup || sharing == IndexSharing::consecutive) &&
                                          topk <= SparseMlaPlan::kMaxChunk &&
                                          shared_rows_fills_waves &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;

@@ -108,15 +108,22 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
 }
 
 // The caller's hint moves the threshold: "consecutive" (prefill) takes shared rows from T = 512
-// (128 CTAs, one wave 97 % full), "none" (decode) never; whole waves are still required.
+// (128 CTAs at 16 heads, one wave 97 % full) for any H, "none" (decode) never; whole waves are
+// still required.
 TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
   const auto kernel = [](int T, int H, IndexSharing sharing) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
   for (int T : {512, 1024, 2048, 4096, 8192})
     EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T;
-  // 64 CTAs (half a wave), 150 CTAs (2 waves, 57 %), 511 tokens, other head counts: split-K.
+  for (int H : {32, 64, 128}) {
+    EXPECT_EQ(kernel(512, H, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << H;
+    EXPECT_EQ(kernel(4096, H, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << H;
+    EXPECT_EQ(kernel(4096, H, IndexSharing::unknown), SparseMlaKernel::split_k) << H;  // 16 heads only
+  }
+  EXPECT_EQ(plan_sparse_mla(4096, 64, 2048, kH100, {}, IndexSharing::consecutive).ctas, 1024 * 4);
+  // 64 CTAs (half a wave), 150 CTAs (2 waves, 57 %), 511 tokens: split-K.
   for (int T : {1, 256, 511, 600})
     EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::split_k) << T;
-  EXPECT_EQ(kernel(4096, 32, IndexSharing::consecutive), SparseMlaKernel::split_k);
+  EXPECT_EQ(kernel(600, 32, IndexSharing::consecutive), SparseMlaKernel::split_k);  // 300 CTAs, 3 waves at 76 %
   for (int T : {512, 1024, 2048, 4096, 8192}) EXPECT_EQ(kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   // unknown is the default: shared rows from T = 2048.
   EXPECT_EQ(kernel(1024, 16, IndexSharing::unknown), SparseMlaKernel::split_k);
