@@ -338,17 +338,20 @@ TEST_F(Gpu, SharedRowsSortsOnlyTheValidKeys) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
-// T = 512 prefill: with index_sharing = consecutive the planner takes shared rows (128 CTAs, a
-// wave of 132 SMs), with the other hints split-K; all three agree with the reference.
+// T = 512 prefill: with index_sharing = consecutive the planner takes shared rows (128 groups, a
+// wave of 132 SMs at 16 heads; 4 head groups each at 64), with the other hints split-K; every
+// plan agrees with the reference.
 TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
-  const HostProblem hp = make_problem(512, 16, 2048, 64, 128, IndexPattern::shared_prefix, 512, /*prefix_len=*/8192);
   const DeviceInfo dev = DeviceInfo::from_device(0);
-  for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
-    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
-    if (sharing != IndexSharing::consecutive) EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k);
-    if (sharing == IndexSharing::consecutive && dev.sm_count == 132) EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows);  // H100, H200
-    const Agreement a = run_and_compare(hp, &plan);
-    EXPECT_TRUE(a.ok()) << static_cast<int>(sharing) << ": " << a.summary();
+  for (int H : {16, 64}) {
+    const HostProblem hp = make_problem(512, H, 2048, 64, 128, IndexPattern::shared_prefix, 512 + H, /*prefix_len=*/8192);
+    for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
+      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
+      if (sharing != IndexSharing::consecutive) EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k);
+      if (sharing == IndexSharing::consecutive && dev.sm_count == 132) EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows);  // H100, H200
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "H " << H << ", sharing " << static_cast<int>(sharing) << ": " << a.summary();
+    }
   }
 }
 
