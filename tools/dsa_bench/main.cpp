@@ -157,6 +157,9 @@ PlanChoice plan_choice(const Options& o) {
   return c;
 }
 
+// --sharing's values (the top-level option and inspect's), one per IndexSharing.
+const std::vector<std::string> kSharingNames = {"unknown", "consecutive", "none"};
+
 IndexSharing index_sharing(const Options& o) {
   if (o.sharing == "consecutive") return IndexSharing::consecutive;
   if (o.sharing == "none") return IndexSharing::none;
@@ -723,7 +726,7 @@ int main(int argc, char** argv) {
   app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (4 tokens per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--sharing", o.sharing, "the planner's hint: unknown, consecutive (prefill: tokens share rows), none (decode)")
-      ->check(CLI::IsMember({"unknown", "consecutive", "none"}));
+      ->check(CLI::IsMember(dsa::bench::kSharingNames));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
@@ -744,7 +747,7 @@ int main(int argc, char** argv) {
   inspect->add_option("source", inspect_source, "FILE.jsonl or suite name")->required();
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
   inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: unknown, consecutive, none")
-      ->check(CLI::IsMember({"unknown", "consecutive", "none"}));
+      ->check(CLI::IsMember(dsa::bench::kSharingNames));
   dsa::bench::DenseOptions dense_o;
   CLI::App* dense = app.add_subcommand("dense", "verify and time the dense attention forward");
   dense->add_option("--suite", dense_o.suite, "built-in suite: targets, smoke")
