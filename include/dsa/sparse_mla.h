@@ -30,13 +30,15 @@ inline constexpr int kCkvDim = 512;  // latent width: K (with kpe) and V
 inline constexpr int kKpeDim = 64;   // rope part of K
 inline constexpr int kHeadGroup = 16;  // heads one tile of the kernel computes (mma M)
 
-// What the caller knows of its index lists; the planner sees no indices, and the best kernel
-// depends on how much consecutive tokens' lists overlap (docs/perf.md, runs 105 and 117-118).
+// What the caller knows of its index lists; the planner sees no indices, and at 16 and 32 heads
+// the best kernel depends on how much consecutive tokens' lists overlap (docs/perf.md, runs 105
+// and 117-118). At 64 and 128 heads it does not matter: see SparseMlaKernel::shared_rows.
 enum class IndexSharing {
-  unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes)
+  unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes),
+                // for 32 heads at T >= 256
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
-                // (prefill, chunked prefill): shared_rows for any H from T >= 512
-  none,         // tokens of different sequences (a decode batch): split_k at every T
+                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 from 256
+  none,         // tokens of different sequences (a decode batch): split_k at 16 and 32 heads
 };
 
 // All strides are in elements; 0 means "packed" (the default layout given in each comment).
@@ -80,12 +82,15 @@ struct DeviceInfo {
 // The two kernels of the forward.
 enum class SparseMlaKernel {
   split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel
-  shared_rows,  // one CTA per (4 consecutive tokens, 16 heads) on wgmma with M = 64; a row
-                // several of them list is gathered and read once for all four (prefill, where
-                // the tokens of a sequence share rows). The planner picks it for 16 heads at
-                // T >= 2048 (any H from T >= 512 for IndexSharing::consecutive, never for none)
-                // when its CTAs fill >= 90 % of whole waves (T = 2048, 4096, 8192 on an H100); topk
-                // <= 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements
+  shared_rows,  // one CTA per 64 query rows on wgmma with M = 64: 4 consecutive tokens x 16 heads,
+                // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128). A row several
+                // of the CTA's tokens list is gathered and read once for all (prefill, where the
+                // tokens of a sequence share rows); at 64 and 128 heads every row is read once
+                // per 64 heads, not per 16. The planner picks it at 16 heads from T >= 2048 (512
+                // for IndexSharing::consecutive) and at 32 from T >= 256, never for none, when
+                // its CTAs fill >= 90 % of whole waves; at 64 and 128 heads from T >= 64 and 32,
+                // whatever the hint. topk <= 2048, num_pages * page_size < 2^28, cache row
+                // strides < 2^31 elements
 };
 
 // The kernel configuration for one problem shape on one device.

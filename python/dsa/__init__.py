@@ -11,7 +11,7 @@ kpe_cache [pages, page_size, 64] bf16, sparse_indices [T, topk] int32 (flat rows
 page * page_size + offset, -1 = padding); out [T, H, 512] bf16, lse [T, H] fp32 (base 2).
 index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
 prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch,
-"unknown" (the default) when the call may be either.
+"unknown" (the default) when the call may be either. It matters at 16 and 32 heads only.
 """
 import torch
 

@@ -72,46 +72,56 @@ inline int splitk_listed_positions(int fused_rows, int topk, int chunk) { return
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
 inline constexpr int kPlannerBlockKeys = 32;
 
-// Tokens per CTA of the shared-rows kernel (shared_rows_kernel.cu).
-inline constexpr int kSharedRowsTokens = 4;
+// The shared-rows kernel (shared_rows_kernel.cu) computes a "head block" per 16 of its wgmma's
+// M = 64 rows: one token's heads [16 b, 16 b + 16). Head blocks are numbered token-major
+// (token t, block b is t * H / 16 + b), and a CTA takes kSharedRowsBlocks consecutive ones, a
+// "group": 4 tokens at H = 16 (whose lists the CTA unites), 2 tokens x 32 heads at H = 32, one
+// token's 64 heads at H >= 64 (every row of the tile reads every entry: nothing masked).
+inline constexpr int kSharedRowsBlocks = 4;
 // Union entries per tile of the shared-rows kernel (its wgmma N for the scores; plan.block_keys).
 inline constexpr int kSharedRowsTileEntries = 32;
 // Row indices the shared-rows kernel accepts: num_rows < 2^28 (its entry word is row << 4 | the
-// 4 tokens' bits; 2^28 rows of 1152 B are 309 GB, more than a GPU holds).
+// 4 head blocks' bits; 2^28 rows of 1152 B are 309 GB, more than a GPU holds).
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
-// The planner's smallest T for it (prefill sizes; sparse_mla.cpp says why), and when the caller
-// says consecutive tokens share rows (IndexSharing::consecutive).
+// The planner's thresholds for it (sparse_mla.cpp says why): at 16 heads the smallest T, and the
+// smallest when the caller says consecutive tokens share rows (IndexSharing::consecutive); at
+// 32 heads the smallest T; at 64 and 128 the fewest head blocks (T = 64 at 64 heads).
 inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
-// Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group of
-// kSharedRowsTokens tokens, which all head groups' CTAs of that group read: a 16-byte header
-// (union entries, keys, whether entries are words), then 4 topk + 32 uint32 (entry words padded
-// to whole tiles, or the sorted keys), then 4 topk + 8 uint16 (each entry's first key, + end).
-// After the records, one int per group: its union's entries again; then one int per group: the
-// order the main kernel's CTAs take the groups in (the order pass writes it from the sizes).
-// The host sizes the workspace and the kernels find the parts with these functions.
+inline constexpr int kSharedRowsMinTokens32Heads = 256;
+inline constexpr int64_t kSharedRowsMinHeadBlocksWide = 256;
+// Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group, which the
+// group's CTA of the main kernel reads: a 16-byte header (union entries, keys, whether entries
+// are words), then 4 topk + 32 uint32 (entry words padded to whole tiles, or the sorted keys),
+// then 4 topk + 8 uint16 (each entry's first key, + end). After the records, one int per group:
+// its union's entries again; then one int per group: the order the main kernel's CTAs take the
+// groups in (the order pass writes it from the sizes). The host sizes the workspace and the
+// kernels find the parts with these functions, all of the number of head blocks.
 inline constexpr int kSharedRowsUnionHeaderBytes = 16;
+__host__ __device__ inline int64_t shared_rows_head_blocks(int num_tokens, int num_heads) {
+  return int64_t{num_tokens} * (num_heads / kHeadGroup);
+}
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
-  return kSharedRowsUnionHeaderBytes + (kSharedRowsTokens * int64_t{topk} + kSharedRowsTileEntries) * 4;
+  return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;
 }
 __host__ __device__ inline int64_t shared_rows_union_stride(int topk) {
-  const int64_t bytes = shared_rows_union_entries_offset(topk) + (kSharedRowsTokens * int64_t{topk} + 8) * 2;
+  const int64_t bytes = shared_rows_union_entries_offset(topk) + (kSharedRowsBlocks * int64_t{topk} + 8) * 2;
   return (bytes + 127) / 128 * 128;
 }
-__host__ __device__ inline int64_t shared_rows_groups(int num_tokens) {
-  return (int64_t{num_tokens} + kSharedRowsTokens - 1) / kSharedRowsTokens;
+__host__ __device__ inline int64_t shared_rows_groups(int64_t head_blocks) {
+  return (head_blocks + kSharedRowsBlocks - 1) / kSharedRowsBlocks;
 }
-__host__ __device__ inline int64_t shared_rows_group_ints_bytes(int num_tokens) {  // an int per group, 16-byte rounded
-  return (shared_rows_groups(num_tokens) * 4 + 15) / 16 * 16;
+__host__ __device__ inline int64_t shared_rows_group_ints_bytes(int64_t head_blocks) {  // an int per group, 16-byte rounded
+  return (shared_rows_groups(head_blocks) * 4 + 15) / 16 * 16;
 }
-__host__ __device__ inline int64_t shared_rows_union_sizes_offset(int num_tokens, int topk) {
-  return shared_rows_groups(num_tokens) * shared_rows_union_stride(topk);
+__host__ __device__ inline int64_t shared_rows_union_sizes_offset(int64_t head_blocks, int topk) {
+  return shared_rows_groups(head_blocks) * shared_rows_union_stride(topk);
 }
-__host__ __device__ inline int64_t shared_rows_order_offset(int num_tokens, int topk) {
-  return shared_rows_union_sizes_offset(num_tokens, topk) + shared_rows_group_ints_bytes(num_tokens);
+__host__ __device__ inline int64_t shared_rows_order_offset(int64_t head_blocks, int topk) {
+  return shared_rows_union_sizes_offset(head_blocks, topk) + shared_rows_group_ints_bytes(head_blocks);
 }
-inline size_t shared_rows_workspace_bytes(int num_tokens, int topk) {
-  return static_cast<size_t>(shared_rows_order_offset(num_tokens, topk) + shared_rows_group_ints_bytes(num_tokens));
+inline size_t shared_rows_workspace_bytes(int64_t head_blocks, int topk) {
+  return static_cast<size_t>(shared_rows_order_offset(head_blocks, topk) + shared_rows_group_ints_bytes(head_blocks));
 }
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;

@@ -1,6 +1,10 @@
-// Sparse MLA forward for tokens that share rows (prefill): one CTA = 4 consecutive tokens x one
-// group of 16 heads x all their index positions, on the tensor cores' wgmma with M = 64 = the 4
-// tokens' 16 heads each.
+// Sparse MLA forward for tokens that share rows (prefill) and for 64 or 128 heads: one CTA = 64
+// query rows x all their index positions, on the tensor cores' wgmma with M = 64. The rows are 4
+// consecutive "head blocks" (params.h: one token's 16 heads each, numbered token-major): at
+// H = 16 four tokens, at 32 two tokens' 32 heads, at 64 one token's heads, at 128 half of them.
+// Below, "token" means a head block: the kernel unites the 4 blocks' index lists, which at
+// H >= 64 are one list, so nothing is masked and each row is read once per 64 heads (split-K
+// reads it per 16).
 //
 // The split-K kernel gathers every (token, row) pair through L2 on its own and is bound by L2 in
 // prefill (docs/perf.md: its load stage alone takes ~1990 us at T = 4096). Here a row that several
@@ -13,7 +17,8 @@
 //      repeated (row, token) keys, the usual case, entry e is the word row << 4 | the bits of
 //      the tokens that list it. A token that lists a row k times has k keys and weight k in its
 //      softmax: then the record holds the keys and each entry's first key, and the scores
-//      warpgroup counts keys per tile. A one-CTA order pass then lists the groups by union size,
+//      warpgroup counts keys per tile. At H >= 64 the union is the token's valid indices in
+//      position order (no sort; a row listed twice is two entries). A one-CTA order pass then lists the groups by union size,
 //      largest first. The main kernel waits for both (programmatic dependent launch), takes the
 //      group its rank names (a decode batch's groups differ up to 8x in work), loads Q and
 //      copies the group's record into shared memory.
@@ -102,13 +107,20 @@
 //               32 -> 16 us (T = 1024), 108 -> 53 (T = 4096); forced on 16 / 300 rows per token
 //               at T = 1024 65.5 / 179.5 -> 49.6 / 166.0 us; full lists and prefill unchanged
 //               within noise (runs 117-119).
+//   v11         CTAs of 4 head blocks (token-major) instead of 4 tokens x one head group: at
+//               H >= 64 a CTA is one token's 64 heads, whose union pass copies the list; at 32,
+//               2 tokens x 32 heads. H = 16 unchanged. Same call (run 125), forced, old vs new:
+//               H = 64 random T = 1024 2827 -> 906 us (split-K 2183), prefill T = 4096 6865 ->
+//               3217 (split-K 8274); H = 128 random T = 1024 5595 -> 1606 (4251); H = 32 random
+//               T = 1024 1437 -> 808 (1127), prefill T = 4096 3451 -> 2546 (4198).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
-// share none (IndexSharing, sparse_mla.cpp). Tokens that share no rows (decode batches) pay the
+// share none (IndexSharing, sparse_mla.cpp); for 32 heads from T = 256 unless they share none;
+// for 64 and 128 from 256 head blocks, whatever the hint. Tokens that share no rows (decode batches) pay the
 // union pass and 4x masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
 // fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
@@ -130,7 +142,7 @@
 namespace dsa::detail {
 namespace {
 
-constexpr int kTokens = kSharedRowsTokens;                   // tokens per CTA
+constexpr int kTokens = kSharedRowsBlocks;                   // head blocks per CTA ("tokens" of the union: 4 at H = 16)
 constexpr int kRows = kTokens * kHeadGroup;                  // 64 = wgmma M
 constexpr int kOutGroups = 2;                                // output warpgroups
 constexpr int kThreads = (1 + kOutGroups) * 128;             // warpgroup 0 computes the scores
@@ -205,8 +217,8 @@ enum SharedRowsTimeline {
   kTlExit = 7,         // %globaltimer at exit (ns)
 };
 
-// Pass 1, the union of each group's 4 index lists, written to the workspace for every head
-// group's CTA of the main kernel to copy (p.shared_rows_union, layout in params.h).
+// Pass 1, the union of each group's 4 index lists (its head blocks' tokens' lists), written to the
+// workspace for the group's CTA of the main kernel to copy (p.shared_rows_union, layout in params.h).
 //   The 4 x topk indices become keys ((row - the group's lowest row) << 2 | token), sorted by
 //   cub::BlockRadixSort over the bits the group's row span needs (the bench's prefill: 16 bits =
 //   4 radix passes instead of the 24 bits = 6 of its whole 541k-row cache; run 75). Each distinct
@@ -319,7 +331,9 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int t0 = blockIdx.x * kTokens;
+  const int b0 = blockIdx.x * kTokens;  // the group's first head block
+  const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
+  const int block_shift = 31 - __clz(p.num_heads / kHeadGroup);  // head block -> token
   uint8_t* record = p.shared_rows_union + blockIdx.x * shared_rows_union_stride(p.topk);
   uint32_t* g_words = reinterpret_cast<uint32_t*>(record + kSharedRowsUnionHeaderBytes);  // entry words, or keys
   uint16_t* g_entry = reinterpret_cast<uint16_t*>(record + shared_rows_union_entries_offset(p.topk));
@@ -340,7 +354,8 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     if (pos < 0) --g, pos += p.topk;
     if (pos >= p.topk) ++g, pos -= p.topk;
     int row = -1;
-    if (q < num_positions && t0 + g < p.num_tokens) row = __ldg(p.indices + (int64_t)(t0 + g) * p.indices_token_stride + pos);
+    if (q < num_positions && b0 + g < num_blocks)
+      row = __ldg(p.indices + (int64_t)((b0 + g) >> block_shift) * p.indices_token_stride + pos);
     const bool valid = names_a_row(row, p.num_rows);
     keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
     row_lo = valid ? min(row_lo, row) : row_lo;
@@ -375,9 +390,23 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
       const int num_keys = count_keys();
       g_entry[num_entries] = static_cast<uint16_t>(num_keys);
       *reinterpret_cast<int4*>(record) = make_int4(num_entries, num_keys, words ? 1 : 0, 0);
-      reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk))[blockIdx.x] = num_entries;
+      reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(num_blocks, p.topk))[blockIdx.x] = num_entries;
     }
   };
+
+  // H >= 64: the group's head blocks are one token's, so every entry is listed by all four: its
+  // valid indices in position order are the union (a row listed twice is two entries, each of
+  // weight 1), with no sort.
+  if (p.num_heads >= kTokens * kHeadGroup) {
+    bool head[kUnionKeysPerThread];
+#pragma unroll
+    for (int j = 0; j < kUnionKeysPerThread; ++j) head[j] = j * kUnionThreads + tid < p.topk && keys[j] < invalid_key;
+    const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
+      g_words[rank] = ((row_lo + (keys[j] >> kKeyShift)) << kRowShift) | kLowBits;
+    });
+    finish_record(num_entries, true);
+    return;
+  }
 
   // Rows within kBitmapRows of each other (a prefill group's context): 4 token bits per row in a
   // bitmap replace the sort. The rows are compacted in chunks of kMaxKeys: in chunk c, row
@@ -463,9 +492,10 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
   ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
   ptx::wait_prerequisites();  // the union pass's sizes
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int num_groups = static_cast<int>(shared_rows_groups(p.num_tokens));
-  const int* sizes = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_union_sizes_offset(p.num_tokens, p.topk));
-  int* order = reinterpret_cast<int*>(p.shared_rows_union + shared_rows_order_offset(p.num_tokens, p.topk));
+  const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
+  const int num_groups = static_cast<int>(shared_rows_groups(num_blocks));
+  const int* sizes = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_union_sizes_offset(num_blocks, p.topk));
+  int* order = reinterpret_cast<int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk));
   const int max_entries = kTokens * p.topk;
   const auto class_of = [&](int g) { return kSizeBuckets - 1 - sizes[g] * kSizeBuckets / (max_entries + 1); };
   int* s_flat = &s_count[0][0];
@@ -525,9 +555,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
-  const int token_of_warp = warp % 4;    // rows 16w..16w+15 of the wgmma tile
-  const int head_groups = p.num_heads / kHeadGroup;
-  const int h0 = (blockIdx.x % head_groups) * kHeadGroup;
+  const int token_of_warp = warp % 4;    // rows 16w..16w+15 of the wgmma tile: the group's head block w
+  const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
+  const int block_shift = 31 - __clz(p.num_heads / kHeadGroup);  // head block -> token
+  const int block_mask = p.num_heads / kHeadGroup - 1;            // head block -> its 16 heads within the token
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
@@ -542,17 +573,21 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   }
 
   // 1. The group: once the union and order passes are done (programmatic dependent launch), the
-  //    order pass's list (largest unions first; a group's head groups are adjacent CTAs).
+  //    order pass's list (largest unions first).
   ptx::wait_prerequisites();
-  const int group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(p.num_tokens, p.topk))[blockIdx.x / head_groups];
-  const int t0 = group * kTokens;
+  const int group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
+  const int b0 = group * kTokens;  // the group's first head block
+  // Row r of the tile: head block b0 + r / 16, so token (b0 + r / 16) >> block_shift and head
+  // ((b0 + r / 16) & block_mask) * 16 + r % 16.
+  const auto token_of_row = [&](int r) { return (b0 + r / kHeadGroup) >> block_shift; };
+  const auto head_of_row = [&](int r) { return ((b0 + r / kHeadGroup) & block_mask) * kHeadGroup + r % kHeadGroup; };
 
-  // 2. Q of the 4 tokens: dims 0-383 into the tile area (read into registers below), dims
-  //    384-575 into their own blocks; rows past T are zeros.
+  // 2. Q of the 4 head blocks: dims 0-383 into the tile area (read into registers below), dims
+  //    384-575 into their own blocks; rows past the last head block are zeros.
   for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = c - r * kChunksPerRow;
-    const int t = t0 + r / kHeadGroup, h = h0 + r % kHeadGroup;
-    const bool live = t < p.num_tokens;
+    const int t = token_of_row(r), h = head_of_row(r);
+    const bool live = b0 + r / kHeadGroup < num_blocks;
     const uint16_t* src = !live ? p.q_nope
                           : col < kCkvChunks
                               ? p.q_nope + t * p.q_nope_token_stride + h * p.q_nope_head_stride + col * 8
@@ -707,7 +742,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry;
 
     // Row sums, 1/l for the output warpgroups, lse.
-    const int my_token = t0 + token_of_warp;
+    const bool live = b0 + token_of_warp < num_blocks;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = l_run[r];
@@ -716,8 +751,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       const bool any = l > 0.f;
       if (lane % 4 == 0) {
         s_inv_l[row0 + 8 * r] = any ? 1.f / l : 0.f;
-        if (my_token < p.num_tokens)
-          p.lse[my_token * p.lse_token_stride + h0 + lane / 4 + 8 * r] = any ? m_run[r] + log2f(l) : -INFINITY;
+        if (live)
+          p.lse[token_of_row(row0 + 8 * r) * p.lse_token_stride + head_of_row(row0 + 8 * r)] = any ? m_run[r] + log2f(l) : -INFINITY;
       }
     }
     ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written
@@ -847,9 +882,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const uint16_t* staged = reinterpret_cast<const uint16_t*>(smem + kTilesOffset);
   for (int i = tid; i < kRows * (kCkvDim / 8); i += kThreads) {
     const int r = i / (kCkvDim / 8), c = i % (kCkvDim / 8);
-    const int t = t0 + r / kHeadGroup;
-    if (t >= p.num_tokens) break;  // rows past T come last
-    *reinterpret_cast<uint4*>(p.out + t * p.out_token_stride + (h0 + r % kHeadGroup) * p.out_head_stride + c * 8) =
+    if (b0 + r / kHeadGroup >= num_blocks) break;  // rows past the last head block come last
+    *reinterpret_cast<uint4*>(p.out + token_of_row(r) * p.out_token_stride + head_of_row(r) * p.out_head_stride + c * 8) =
         *reinterpret_cast<const uint4*>(staged + r * kStagedStride + c * 8);
   }
   if (kTimed && tid == 0) timeline[kTlExit] = ptx::globaltimer_ns();
@@ -863,13 +897,13 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   if (p.num_tokens == 0) return;
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true>>(kSmemBytes);
-  const int64_t groups = shared_rows_groups(p.num_tokens);
+  const int64_t groups = shared_rows_groups(shared_rows_head_blocks(p.num_tokens, p.num_heads));
   sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
   // Each pass after the first waits for the one before with griddepcontrol.wait.
   launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
   auto* kernel = p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true> : sparse_mla_shared_rows_kernel<false>;
-  launch_dependent(kernel, dim3(static_cast<unsigned>(groups * (p.num_heads / kHeadGroup))), dim3(kThreads), kSmemBytes, stream, p);
+  launch_dependent(kernel, dim3(static_cast<unsigned>(groups)), dim3(kThreads), kSmemBytes, stream, p);
 }
 
 }  // namespace dsa::detail

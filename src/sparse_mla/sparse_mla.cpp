@@ -160,31 +160,45 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.num_heads = num_heads;
   plan.topk = topk;
   PlanChoice::Kernel choice_kernel = choice.kernel;
-  // Shared rows (4 tokens per CTA, 16 heads; shared_rows_kernel.cu) when forced, or by the
-  // planner for 16 heads when its CTAs fill >= 90 % of whole waves (each CTA runs for its 4
-  // tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
-  // time) and T is large enough for the caller's IndexSharing. Measured on the H100 (docs/perf.md
-  // runs 54, 57, 98, 104-105, 117-119): it wins where consecutive tokens share rows (prefill of
-  // an 8192-row prefix: T = 512 / 1024 / 2048 / 4096 / 8192 -6 / -10 / -11 / -17 / -32 % vs
-  // split-K; of a 2048-row prefix: T = 512 / 1024 -56 / -62 %), and where tokens share none it
-  // wins on full random lists (T = 1024 0.98x the gather floor, split-K 1.08x) and on runs of
-  // 1-2048 rows (T = 1024 / 2048 -5 / -1 %), but loses on full contiguous runs (+5 % at T = 1024)
-  // and on short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146;
-  // at T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
-  // too (+19-20 % at T = 512 / 1024). More heads run a CTA per 16 of them on the same union:
-  // prefill at H = 32 / 64 / 128 and T = 512-2048 -8 to -11 %, random T = 1024 at H = 32 / 64
-  // +27 / +30 % (run 122). The planner sees no indices: with no hint (unknown) it takes shared
-  // rows for 16 heads from T = 2048 (prefill sizes), with consecutive for any H from T = 512
-  // (128 groups, one wave at 16 heads; T = 256 is +82 %), with none never.
-  const int min_tokens = sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens;
-  const int64_t shared_rows_ctas = detail::shared_rows_groups(num_tokens) * (num_heads / kHeadGroup);
+  // Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
+  // or one token's 64, over the union of their index lists) when forced, or by the planner:
+  //  - H >= 64 (one token per CTA: nothing united, nothing masked) from 256 head blocks, whatever
+  //    the hint: split-K's CTAs of 16 heads each read every row again and run mma.sync at M = 16.
+  //    Measured on the H100 (docs/perf.md run 125), split-K vs shared-rows, us: H = 64 random
+  //    T = 64 / 256 / 1024 146 / 557 / 2183 vs 110 / 240 / 906, prefill T = 4096 8274 vs 3217,
+  //    runs of 16 / 300 rows T = 1024 115 / 396 vs 113 / 233; H = 128 random T = 64 / 1024 281 /
+  //    4251 vs 112 / 1606. Below 64 CTAs one CTA's whole list (~105 us at topk 2048) is the time.
+  //  - H = 32 (2 tokens per CTA) from T = 256 in whole waves, unless the caller says tokens share
+  //    no rows: random T = 256 / 1024 293 / 1127 vs 222 / 808, runs of 1-2048 / 300 rows T = 1024
+  //    638 / 212 vs 509 / 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546; 16-row lists
+  //    lose (60 vs 75 at T = 1024), as do fewer CTAs than one wave (T = 128 154 vs 213).
+  //  - H = 16 (4 tokens per CTA) when its CTAs fill >= 90 % of whole waves (each CTA runs for its
+  //    4 tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
+  //    time) and T is large enough for the caller's IndexSharing. Measured (runs 54, 57, 98,
+  //    104-105, 117-119): it wins where consecutive tokens share rows (prefill of an 8192-row
+  //    prefix: T = 512 / 1024 / 2048 / 4096 / 8192 -6 / -10 / -11 / -17 / -32 % vs split-K; of a
+  //    2048-row prefix: T = 512 / 1024 -56 / -62 %), and where tokens share none it wins on full
+  //    random lists (T = 1024 0.98x the gather floor, split-K 1.08x) and on runs of 1-2048 rows
+  //    (T = 1024 / 2048 -5 / -1 %), but loses on full contiguous runs (+5 % at T = 1024) and on
+  //    short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146; at
+  //    T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
+  //    too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
+  //    takes shared rows from T = 2048 (prefill sizes), with consecutive from T = 512 (128
+  //    groups, one wave; T = 256 is +82 %), with none never.
+  const int64_t shared_rows_head_blocks = detail::shared_rows_head_blocks(num_tokens, num_heads);
+  const int64_t shared_rows_ctas = detail::shared_rows_groups(shared_rows_head_blocks);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
+  bool shared_rows_pays = false;
+  if (num_heads >= detail::kSharedRowsBlocks * kHeadGroup)
+    shared_rows_pays = shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksWide;
+  else if (num_heads == 2 * kHeadGroup)
+    shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
+  else
+    shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&
+                       num_tokens >= (sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
-                                         choice.splits == 0 && sharing != IndexSharing::none && num_tokens >= min_tokens &&
-                                         (num_heads == kHeadGroup || sharing == IndexSharing::consecutive) &&
-                                         topk <= SparseMlaPlan::kMaxChunk &&
-                                         shared_rows_fills_waves &&
+                                         choice.splits == 0 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
   if (planner_picks_shared_rows) choice_kernel = PlanChoice::Kernel::shared_rows;
   if (choice_kernel == PlanChoice::Kernel::shared_rows) {
@@ -197,7 +211,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.chunk = topk;
     plan.ctas = launch_ctas(shared_rows_ctas);
     plan.launches = num_tokens > 0 ? 3 : 0;  // the union pass, the order pass, the main kernel
-    plan.workspace_bytes = detail::shared_rows_workspace_bytes(num_tokens, topk);  // each group's union, sizes, order
+    plan.workspace_bytes = detail::shared_rows_workspace_bytes(shared_rows_head_blocks, topk);  // each group's union, sizes, order
     return plan;
   }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
@@ -290,7 +304,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     if (!cache_limit.empty()) fail("plan", cache_limit);
     if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
     if (problem.num_tokens == 0) return;
-    require_workspace(workspace, workspace_bytes, detail::shared_rows_workspace_bytes(problem.num_tokens, problem.topk));
+    require_workspace(workspace, workspace_bytes, detail::shared_rows_workspace_bytes(detail::shared_rows_head_blocks(problem.num_tokens, problem.num_heads), problem.topk));
     detail::SparseMlaParams k = make_params(problem);
     k.shared_rows_union = static_cast<uint8_t*>(workspace);
     k.timeline = timeline;

@@ -25,17 +25,18 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_LT(int64_t(p.chunk) * (p.splits - 1), topk);   // no empty split
         EXPECT_LE(p.splits, SparseMlaPlan::kMaxSplits);
         if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
-        const int64_t tokens_per_cta = p.kernel == SparseMlaKernel::shared_rows ? 4 : 1;
-        EXPECT_EQ(int64_t(p.ctas), (int64_t(T) + tokens_per_cta - 1) / tokens_per_cta * (H / 16) * p.splits);
+        // Split-K: a CTA per (token, 16 heads, split); shared rows: a CTA per 4 such head blocks.
+        const int64_t head_blocks = int64_t(T) * (H / 16);
+        const int64_t groups = (head_blocks + 3) / 4;
+        EXPECT_EQ(int64_t(p.ctas), p.kernel == SparseMlaKernel::shared_rows ? groups : head_blocks * p.splits);
         if (p.kernel == SparseMlaKernel::shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
           EXPECT_EQ(p.splits, 1);
         }
-        // Split-K: fp32 partials per split; shared rows: a union record per 4 tokens (48 KB at topk
-        // 2048), then two ints per 4 tokens (the unions' sizes, the order), each array rounded up
-        // to 16 bytes.
+        // Split-K: fp32 partials per split; shared rows: a union record per group (48 KB at topk
+        // 2048), then two ints per group (the unions' sizes, the order), each array rounded up to
+        // 16 bytes.
         const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
-        const size_t groups = (size_t(T) + 3) / 4;
         const size_t ws = p.kernel == SparseMlaKernel::shared_rows ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16)
                           : p.splits > 1                           ? size_t(T) * H * p.splits * (512 + 1) * 4
                                                                    : 0;
@@ -93,9 +94,8 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   // One union record per group of 4 tokens: 16-byte header, 8224 words, 8200 entries, 128-byte aligned.
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, size_t(1024) * 49408 + 2 * 1024 * 4);  // records, then a size and an order slot per group
   // Decode sizes (T < 2048, even where the waves would be full: 512, 1024), 2200 tokens (550
-  // CTAs = 4.2 waves, 83 %), other head counts, topk > 2048: split-K.
+  // CTAs = 4.2 waves, 83 %), topk > 2048: split-K.
   for (int T : {1, 64, 256, 512, 1024, 2047, 2200}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
-  for (int H : {32, 64, 128}) EXPECT_EQ(plan_sparse_mla(4096, H, 2048, kH100).kernel, SparseMlaKernel::split_k) << H;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2049, kH100).kernel, SparseMlaKernel::split_k);
   EXPECT_EQ(plan_sparse_mla(0, 16, 2048, kH100).kernel, SparseMlaKernel::split_k);
   // A forced tile size or split count keeps split-K.
@@ -107,23 +107,16 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, small_smem).kernel, SparseMlaKernel::split_k);
 }
 
-// The caller's hint moves the threshold: "consecutive" (prefill) takes shared rows from T = 512
-// (128 CTAs at 16 heads, one wave 97 % full) for any H, "none" (decode) never; whole waves are
-// still required.
+// The caller's hint moves the threshold at 16 heads: "consecutive" (prefill) takes shared rows
+// from T = 512 (128 CTAs, one wave 97 % full), "none" (decode) never; whole waves are still
+// required.
 TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
   const auto kernel = [](int T, int H, IndexSharing sharing) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
   for (int T : {512, 1024, 2048, 4096, 8192})
     EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T;
-  for (int H : {32, 64, 128}) {
-    EXPECT_EQ(kernel(512, H, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << H;
-    EXPECT_EQ(kernel(4096, H, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << H;
-    EXPECT_EQ(kernel(4096, H, IndexSharing::unknown), SparseMlaKernel::split_k) << H;  // 16 heads only
-  }
-  EXPECT_EQ(plan_sparse_mla(4096, 64, 2048, kH100, {}, IndexSharing::consecutive).ctas, 1024 * 4);
   // 64 CTAs (half a wave), 150 CTAs (2 waves, 57 %), 511 tokens: split-K.
   for (int T : {1, 256, 511, 600})
     EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::split_k) << T;
-  EXPECT_EQ(kernel(600, 32, IndexSharing::consecutive), SparseMlaKernel::split_k);  // 300 CTAs, 3 waves at 76 %
   for (int T : {512, 1024, 2048, 4096, 8192}) EXPECT_EQ(kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   // unknown is the default: shared rows from T = 2048.
   EXPECT_EQ(kernel(1024, 16, IndexSharing::unknown), SparseMlaKernel::split_k);
@@ -143,16 +136,47 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
   }
 }
 
+// At 32 heads a shared-rows CTA holds 2 tokens: from T = 256 (128 CTAs, one wave 97 % full) in
+// whole waves unless the caller says the tokens share no rows.
+TEST(Planner, SharedRowsFor32HeadsFromT256InWholeWaves) {
+  const auto kernel = [](int T, IndexSharing sharing) { return plan_sparse_mla(T, 32, 2048, kH100, {}, sharing).kernel; };
+  for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive}) {
+    for (int T : {256, 512, 1024, 4096}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::shared_rows) << T;
+    // T < 256, or 300 CTAs (3 waves at 76 %): split-K.
+    for (int T : {1, 64, 128, 200, 600}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::split_k) << T;
+  }
+  for (int T : {256, 1024, 4096}) EXPECT_EQ(kernel(T, IndexSharing::none), SparseMlaKernel::split_k) << T;
+  EXPECT_EQ(plan_sparse_mla(1024, 32, 2048, kH100).ctas, 512);
+}
+
+// At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
+// per 64 heads and masks nothing: from 256 head blocks (64 CTAs), whatever the hint, with no
+// wave rule (a partial wave costs one CTA's time, split-K at these head counts ~2.4x).
+TEST(Planner, SharedRowsFor64And128HeadsFrom256HeadBlocks) {
+  for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
+    const auto kernel = [&](int T, int H) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
+    for (int T : {64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64), SparseMlaKernel::shared_rows) << T;
+    for (int T : {32, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128), SparseMlaKernel::shared_rows) << T;
+    for (int T : {1, 8, 63}) EXPECT_EQ(kernel(T, 64), SparseMlaKernel::split_k) << T;
+    for (int T : {1, 8, 31}) EXPECT_EQ(kernel(T, 128), SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(plan_sparse_mla(4096, 64, 2049, kH100, {}, sharing).kernel, SparseMlaKernel::split_k);  // topk > 2048
+  }
+  EXPECT_EQ(plan_sparse_mla(64, 64, 2048, kH100).ctas, 64);
+  EXPECT_EQ(plan_sparse_mla(64, 128, 2048, kH100).ctas, 128);
+}
+
 TEST(Planner, SharedRowsWhenForced) {
   PlanChoice forced;
   forced.kernel = PlanChoice::Kernel::shared_rows;
-  EXPECT_EQ(plan_sparse_mla(4096, 64, 2048, kH100, forced).ctas, 1024 * 4);
-  const SparseMlaPlan small = plan_sparse_mla(5, 32, 63, kH100, forced);
+  EXPECT_EQ(plan_sparse_mla(4096, 64, 2048, kH100, forced).ctas, 4096);       // a token's 64 heads per CTA
+  EXPECT_EQ(plan_sparse_mla(4096, 128, 2048, kH100, forced).ctas, 2 * 4096);  // two CTAs per token
+  EXPECT_EQ(plan_sparse_mla(4095, 16, 2048, kH100, forced).ctas, 1024);       // 4 tokens per CTA, the last 3
+  const SparseMlaPlan small = plan_sparse_mla(5, 32, 63, kH100, forced);     // 2 tokens x 32 heads per CTA
   EXPECT_EQ(small.kernel, SparseMlaKernel::shared_rows);
-  EXPECT_EQ(small.ctas, 2 * 2);
-  EXPECT_EQ(small.workspace_bytes, size_t(2) * ((16 + (4 * 63 + 32) * 4 + (4 * 63 + 8) * 2 + 127) / 128 * 128) + 2 * 16);
+  EXPECT_EQ(small.ctas, 3);
+  EXPECT_EQ(small.workspace_bytes, size_t(3) * ((16 + (4 * 63 + 32) * 4 + (4 * 63 + 8) * 2 + 127) / 128 * 128) + 2 * 16);
   EXPECT_THROW(plan_sparse_mla(5, 16, 2049, kH100, forced), Error);
-  // 2^31 - 1 tokens x 8 head groups / 4 tokens per CTA: more CTAs than one launch takes.
+  // 2^31 - 1 tokens x 8 head blocks / 4 per CTA: more CTAs than one launch takes.
   EXPECT_THROW(plan_sparse_mla(std::numeric_limits<int>::max(), 128, 2048, kH100, forced), Error);
   forced.splits = 2;
   EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);

@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -338,31 +339,50 @@ TEST_F(Gpu, SharedRowsSortsOnlyTheValidKeys) {
   EXPECT_TRUE(a.ok()) << a.summary();
 }
 
-// T = 512 prefill: with index_sharing = consecutive the planner takes shared rows (128 groups, a
-// wave of 132 SMs at 16 heads; 4 head groups each at 64), with the other hints split-K; every
-// plan agrees with the reference.
+// T = 512 prefill, every hint: at 16 heads consecutive takes shared rows (128 groups of 4 tokens,
+// a wave of 132 SMs) and the others split-K; at 32 heads all but none take it (256 CTAs of 2
+// tokens); at 64 heads every hint does (a CTA per token). Every plan agrees with the reference.
 TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
-  for (int H : {16, 64}) {
+  for (int H : {16, 32, 64}) {
     const HostProblem hp = make_problem(512, H, 2048, 64, 128, IndexPattern::shared_prefix, 512 + H, /*prefix_len=*/8192);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
-      if (sharing != IndexSharing::consecutive) EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k);
-      if (sharing == IndexSharing::consecutive && dev.sm_count == 132) EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows);  // H100, H200
+      const bool shared_rows = H == 64 || (H == 32 && sharing != IndexSharing::none) || sharing == IndexSharing::consecutive;
+      if (dev.sm_count == 132)  // H100, H200
+        EXPECT_EQ(plan.kernel, shared_rows ? SparseMlaKernel::shared_rows : SparseMlaKernel::split_k) << H << " " << static_cast<int>(sharing);
       const Agreement a = run_and_compare(hp, &plan);
       EXPECT_TRUE(a.ok()) << "H " << H << ", sharing " << static_cast<int>(sharing) << ": " << a.summary();
     }
   }
 }
 
-// The main kernel's CTAs take the groups largest union first (group_by_union_size), an order
-// every CTA computes from the union pass's records. A decode batch of runs (1-2048 rows per
-// token) with more groups than SMs, two head groups per group, groups whose tokens are all
-// padding (the smallest bucket) and a partial last group: each group must be taken exactly
-// once, or some output stays poisoned.
+// At 64 and 128 heads the planner takes shared rows from 256 head blocks whatever the hint, a
+// CTA per token's 64 heads (its union pass copies the list, no sort): random rows with -1 in the
+// middle, a row listed twice (weight 2) and T = 33 at 128 heads (66 CTAs, 2 per token).
+TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (auto [T, H, pattern] : {std::tuple{64, 64, IndexPattern::padding_middle}, std::tuple{33, 128, IndexPattern::duplicates},
+                               std::tuple{70, 64, IndexPattern::runs}}) {
+    const HostProblem hp = make_problem(T, H, 300, 64, 200, pattern, 640 + T);
+    for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::none}) {
+      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
+      EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
+      EXPECT_EQ(plan.ctas, T * H / 64);
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << ": " << a.summary();
+    }
+  }
+}
+
+// The main kernel's CTAs take the groups largest union first, in the order pass's order. A
+// decode batch of runs (1-2048 rows per token) at 32 heads (2 tokens per group) with more groups
+// than SMs, groups whose tokens are all padding (the smallest bucket) and a partial last group
+// (1029 tokens: 2058 head blocks, the last group holds 2): each group must be taken exactly once,
+// or some output stays poisoned.
 TEST_F(Gpu, SharedRowsTakesEveryGroupOnceLargestFirst) {
-  HostProblem hp = make_problem(1030, 32, 2048, 64, 256, IndexPattern::runs, 4242);
-  for (int t : {40, 41, 42, 43, 800, 801, 802, 803, 1029})
+  HostProblem hp = make_problem(1029, 32, 2048, 64, 256, IndexPattern::runs, 4242);
+  for (int t : {40, 41, 42, 43, 800, 801, 802, 803, 1028})
     std::fill_n(hp.indices.begin() + size_t(t) * hp.topk, hp.topk, -1);
   const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
   ASSERT_GT(plan.ctas, 2 * DeviceInfo::from_device(0).sm_count);

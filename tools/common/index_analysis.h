@@ -39,7 +39,7 @@ struct Summary {
   double group_union_ratio() const { return valid > 0 ? double(group_union_rows) / double(valid) : 1.0; }
 };
 
-// Tokens per group of the shared-rows kernel (kSharedRowsTokens in src/sparse_mla/params.h).
+// Tokens per group of the shared-rows kernel at 16 heads (kSharedRowsBlocks in src/sparse_mla/params.h).
 inline constexpr int kGroupTokens = 4;
 
 TokenStats analyze_token(const int32_t* indices, int topk, int64_t num_rows, int page_size);

@@ -641,15 +641,16 @@ int run_inspect(const Options& o, int tokens_shown) {
                 sum.mean_longest_run, sum.mean_pages, static_cast<long long>(sum.pages_touched));
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
-    static_assert(analysis::kGroupTokens == detail::kSharedRowsTokens, "the analysis groups tokens as the kernel does");
+    static_assert(analysis::kGroupTokens == detail::kSharedRowsBlocks, "the analysis groups tokens as the kernel does at 16 heads");
     std::printf("         %d-token groups: unions of %.1f%% of their valid entries (100%%: no sharing; shared-rows "
                 "won at ~67%%, lost at ~91%%, perf.md run 118)\n",
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev, {}, index_sharing(o));
     if (plan.kernel == SparseMlaKernel::shared_rows) {
-      std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens, "
-                  "%d-entry union tiles, workspace %zu bytes\n",
-                  dev_name.c_str(), o.sharing.c_str(), plan.ctas, detail::kSharedRowsTokens, plan.block_keys, plan.workspace_bytes);
+      std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens x "
+                  "%d heads, %d-entry union tiles, workspace %zu bytes\n",
+                  dev_name.c_str(), o.sharing.c_str(), plan.ctas, std::max(1, detail::kSharedRowsBlocks * kHeadGroup / c.num_heads),
+                  std::min(c.num_heads, detail::kSharedRowsBlocks * kHeadGroup), plan.block_keys, plan.workspace_bytes);
       continue;
     }
     std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
@@ -723,7 +724,7 @@ int main(int argc, char** argv) {
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
       ->check(CLI::Range(-1, dsa::SparseMlaPlan::kMaxChunk));
-  app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (4 tokens per CTA)")
+  app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (64 query rows per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--sharing", o.sharing, "the planner's hint: unknown, consecutive (prefill: tokens share rows), none (decode)")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
