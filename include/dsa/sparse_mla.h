@@ -88,8 +88,9 @@ enum class SparseMlaKernel {
                 // tokens of a sequence share rows); at 64 and 128 heads every row is read once
                 // per 64 heads, not per 16. The planner picks it at 16 heads from T >= 2048 (512
                 // for IndexSharing::consecutive) and at 32 from T >= 256, never for none, when
-                // its CTAs fill >= 90 % of whole waves; at 64 and 128 heads from T >= 64 and 32,
-                // whatever the hint. topk <= 2048, num_pages * page_size < 2^28, cache row
+                // its CTAs fill >= 90 % of whole waves; at 64 and 128 heads, whatever the hint,
+                // from more head blocks (T x H / 16) than SMs and 2^17 (head block, index
+                // position) pairs (T >= 34 and 17 at topk 2048 on an H100). topk <= 2048, num_pages * page_size < 2^28, cache row
                 // strides < 2^31 elements
 };
 

@@ -85,11 +85,11 @@ inline constexpr int kSharedRowsTileEntries = 32;
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 // The planner's thresholds for it (sparse_mla.cpp says why): at 16 heads the smallest T, and the
 // smallest when the caller says consecutive tokens share rows (IndexSharing::consecutive); at
-// 32 heads the smallest T; at 64 and 128 the fewest head blocks (T = 64 at 64 heads).
+// 32 heads the smallest T; at 64 and 128 the fewest (head block, index position) pairs.
 inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 inline constexpr int kSharedRowsMinTokens32Heads = 256;
-inline constexpr int64_t kSharedRowsMinHeadBlocksWide = 256;
+inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
 // Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group, which the
 // group's CTA of the main kernel reads: a 16-byte header (union entries, keys, whether entries
 // are words), then 4 topk + 32 uint32 (entry words padded to whole tiles, or the sorted keys),

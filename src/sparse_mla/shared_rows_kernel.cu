@@ -120,7 +120,7 @@
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
 // share none (IndexSharing, sparse_mla.cpp); for 32 heads from T = 256 unless they share none;
-// for 64 and 128 from 256 head blocks, whatever the hint. Tokens that share no rows (decode batches) pay the
+// for 64 and 128 from more head blocks than SMs (and 2^17 (block, position) pairs), whatever the hint. Tokens that share no rows (decode batches) pay the
 // union pass and 4x masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
 // fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
@@ -331,17 +331,23 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int b0 = blockIdx.x * kTokens;  // the group's first head block
+  // The group's head blocks b0 .. b0 + blocks_here - 1; block b0 + g is token token0 + (g >> block_shift)
+  // (b0 is a multiple of 4 and g < 4, so the shift distributes over the sum at every H).
   const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
   const int block_shift = 31 - __clz(p.num_heads / kHeadGroup);  // head block -> token
+  const int64_t b0 = int64_t{blockIdx.x} * kTokens;
+  const int token0 = static_cast<int>(b0 >> block_shift);
+  const int blocks_here = static_cast<int>(min(int64_t{kTokens}, num_blocks - b0));
   uint8_t* record = p.shared_rows_union + blockIdx.x * shared_rows_union_stride(p.topk);
   uint32_t* g_words = reinterpret_cast<uint32_t*>(record + kSharedRowsUnionHeaderBytes);  // entry words, or keys
   uint16_t* g_entry = reinterpret_cast<uint16_t*>(record + shared_rows_union_entries_offset(p.topk));
 
   // Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token first;
   // then the group's row span and number of valid keys; then (row - lowest row) << 2 | token.
+  // At H >= 64 the 4 head blocks are one token's: its list alone (the keys of block 0).
+  const bool one_token = p.num_heads >= kTokens * kHeadGroup;
   uint32_t keys[kUnionKeysPerThread];
-  const int num_positions = kTokens * p.topk;
+  const int num_positions = one_token ? p.topk : kTokens * p.topk;
   int row_lo = INT_MAX, row_hi = -1, my_keys = 0;
   const float inv_topk = 1.f / static_cast<float>(p.topk);
 #pragma unroll
@@ -354,8 +360,8 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     if (pos < 0) --g, pos += p.topk;
     if (pos >= p.topk) ++g, pos -= p.topk;
     int row = -1;
-    if (q < num_positions && b0 + g < num_blocks)
-      row = __ldg(p.indices + (int64_t)((b0 + g) >> block_shift) * p.indices_token_stride + pos);
+    if (q < num_positions && g < blocks_here)
+      row = __ldg(p.indices + (int64_t)(token0 + (g >> block_shift)) * p.indices_token_stride + pos);
     const bool valid = names_a_row(row, p.num_rows);
     keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
     row_lo = valid ? min(row_lo, row) : row_lo;
@@ -396,11 +402,11 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 
   // H >= 64: the group's head blocks are one token's, so every entry is listed by all four: its
   // valid indices in position order are the union (a row listed twice is two entries, each of
-  // weight 1), with no sort.
-  if (p.num_heads >= kTokens * kHeadGroup) {
+  // weight 1), with no sort. (The record's key count is the list's.)
+  if (one_token) {
     bool head[kUnionKeysPerThread];
 #pragma unroll
-    for (int j = 0; j < kUnionKeysPerThread; ++j) head[j] = j * kUnionThreads + tid < p.topk && keys[j] < invalid_key;
+    for (int j = 0; j < kUnionKeysPerThread; ++j) head[j] = keys[j] < invalid_key;
     const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
       g_words[rank] = ((row_lo + (keys[j] >> kKeyShift)) << kRowShift) | kLowBits;
     });
@@ -576,11 +582,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   //    order pass's list (largest unions first).
   ptx::wait_prerequisites();
   const int group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
-  const int b0 = group * kTokens;  // the group's first head block
+  const int64_t b0 = int64_t{group} * kTokens;  // the group's first head block
   // Row r of the tile: head block b0 + r / 16, so token (b0 + r / 16) >> block_shift and head
   // ((b0 + r / 16) & block_mask) * 16 + r % 16.
-  const auto token_of_row = [&](int r) { return (b0 + r / kHeadGroup) >> block_shift; };
-  const auto head_of_row = [&](int r) { return ((b0 + r / kHeadGroup) & block_mask) * kHeadGroup + r % kHeadGroup; };
+  const auto token_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) >> block_shift); };
+  const auto head_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) & block_mask) * kHeadGroup + r % kHeadGroup; };
 
   // 2. Q of the 4 head blocks: dims 0-383 into the tile area (read into registers below), dims
   //    384-575 into their own blocks; rows past the last head block are zeros.

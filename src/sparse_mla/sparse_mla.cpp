@@ -162,12 +162,15 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   PlanChoice::Kernel choice_kernel = choice.kernel;
   // Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
-  //  - H >= 64 (one token per CTA: nothing united, nothing masked) from 256 head blocks, whatever
-  //    the hint: split-K's CTAs of 16 heads each read every row again and run mma.sync at M = 16.
-  //    Measured on the H100 (docs/perf.md run 125), split-K vs shared-rows, us: H = 64 random
-  //    T = 64 / 256 / 1024 146 / 557 / 2183 vs 110 / 240 / 906, prefill T = 4096 8274 vs 3217,
-  //    runs of 16 / 300 rows T = 1024 115 / 396 vs 113 / 233; H = 128 random T = 64 / 1024 281 /
-  //    4251 vs 112 / 1606. Below 64 CTAs one CTA's whole list (~105 us at topk 2048) is the time.
+  //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, where
+  //    split-K gives each head block one CTA (more head blocks than SMs) and the call holds at
+  //    least 2^17 (head block, index position) pairs: split-K's CTAs of 16 heads each read every
+  //    row again and run mma.sync at M = 16. Measured on the H100 (docs/perf.md runs 125, 127-128),
+  //    split-K vs shared-rows, us: H = 64 random T = 34 / 64 / 256 / 1024 139 / 146 / 557 / 2183 vs
+  //    105 / 110 / 240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300 rows T = 1024 115 /
+  //    396 vs 113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 17 / 1024 139 / 4251 vs
+  //    104 / 1606. Split-K keeps T = 32 at 64 heads (two splits: 84 vs 105) and small calls, where
+  //    the two passes and the setup (~12 us) weigh: topk 256 at T = 64 26 vs 31.
   //  - H = 32 (2 tokens per CTA) from T = 256 in whole waves, unless the caller says tokens share
   //    no rows: random T = 256 / 1024 293 / 1127 vs 222 / 808, runs of 1-2048 / 300 rows T = 1024
   //    638 / 212 vs 509 / 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546; 16-row lists
@@ -191,7 +194,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
   bool shared_rows_pays = false;
   if (num_heads >= detail::kSharedRowsBlocks * kHeadGroup)
-    shared_rows_pays = shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksWide;
+    shared_rows_pays = shared_rows_head_blocks > dev.sm_count && shared_rows_head_blocks * topk >= detail::kSharedRowsMinPairsWide;
   else if (num_heads == 2 * kHeadGroup)
     shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
   else

@@ -150,16 +150,22 @@ TEST(Planner, SharedRowsFor32HeadsFromT256InWholeWaves) {
 }
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
-// per 64 heads and masks nothing: from 256 head blocks (64 CTAs), whatever the hint, with no
-// wave rule (a partial wave costs one CTA's time, split-K at these head counts ~2.4x).
-TEST(Planner, SharedRowsFor64And128HeadsFrom256HeadBlocks) {
+// per 64 heads and masks nothing: whatever the hint, from more head blocks than SMs (split-K's
+// one split per head block) and 2^17 (head block, position) pairs, with no wave rule (a partial
+// wave costs one CTA's time, split-K at these head counts ~2.4x).
+TEST(Planner, SharedRowsFor64And128HeadsFromMoreHeadBlocksThanSms) {
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
-    const auto kernel = [&](int T, int H) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
-    for (int T : {64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64), SparseMlaKernel::shared_rows) << T;
-    for (int T : {32, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128), SparseMlaKernel::shared_rows) << T;
-    for (int T : {1, 8, 63}) EXPECT_EQ(kernel(T, 64), SparseMlaKernel::split_k) << T;
-    for (int T : {1, 8, 31}) EXPECT_EQ(kernel(T, 128), SparseMlaKernel::split_k) << T;
-    EXPECT_EQ(plan_sparse_mla(4096, 64, 2049, kH100, {}, sharing).kernel, SparseMlaKernel::split_k);  // topk > 2048
+    const auto kernel = [&](int T, int H, int topk) { return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel; };
+    for (int T : {34, 64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {1, 8, 33}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;  // 33: 132 head blocks
+    for (int T : {1, 8, 16}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::split_k) << T;
+    // Pairs: T = 64 at topk 512 is 2^17 (shared rows), at topk 256 half that (split-K); T = 1024 at 256 is plenty.
+    EXPECT_EQ(kernel(64, 64, 512), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(64, 64, 511), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(64, 64, 256), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(1024, 64, 256), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(4096, 64, 2049), SparseMlaKernel::split_k);  // topk > 2048
   }
   EXPECT_EQ(plan_sparse_mla(64, 64, 2048, kH100).ctas, 64);
   EXPECT_EQ(plan_sparse_mla(64, 128, 2048, kH100).ctas, 128);

@@ -357,18 +357,18 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
   }
 }
 
-// At 64 and 128 heads the planner takes shared rows from 256 head blocks whatever the hint, a
-// CTA per token's 64 heads (its union pass copies the list, no sort): random rows with -1 in the
-// middle, a row listed twice (weight 2) and T = 33 at 128 heads (66 CTAs, 2 per token).
+// At 64 and 128 heads the planner takes shared rows from more head blocks than SMs whatever the
+// hint, a CTA per token's 64 heads (its union pass copies the list, no sort): random rows with
+// -1 in the middle, a row listed twice (weight 2) and T = 33 at 128 heads (66 CTAs, 2 per token).
 TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{64, 64, IndexPattern::padding_middle}, std::tuple{33, 128, IndexPattern::duplicates},
                                std::tuple{70, 64, IndexPattern::runs}}) {
-    const HostProblem hp = make_problem(T, H, 300, 64, 200, pattern, 640 + T);
+    const HostProblem hp = make_problem(T, H, 600, 64, 200, pattern, 640 + T);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
-      EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
-      EXPECT_EQ(plan.ctas, T * H / 64);
+      if (dev.sm_count == 132) EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;  // H100, H200
+      if (plan.kernel == SparseMlaKernel::shared_rows) EXPECT_EQ(plan.ctas, T * H / 64);
       const Agreement a = run_and_compare(hp, &plan);
       EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << ": " << a.summary();
     }
