@@ -18,8 +18,8 @@
 //      the tokens that list it. A token that lists a row k times has k keys and weight k in its
 //      softmax: then the record holds the keys and each entry's first key, and the scores
 //      warpgroup counts keys per tile. At H >= 64 the union is the token's valid indices in
-//      position order (no sort; a row listed twice is two entries). A one-CTA order pass then lists the groups by union size,
-//      largest first. The main kernel waits for both (programmatic dependent launch), takes the
+//      position order (no sort; a row listed twice is two entries). A one-CTA order pass then
+//      lists the groups by union size, largest first. The main kernel waits for both (programmatic dependent launch), takes the
 //      group its rank names (a decode batch's groups differ up to 8x in work), loads Q and
 //      copies the group's record into shared memory.
 //   2. Three warpgroups split the work (FlashAttention-3's warp specialisation):
@@ -120,8 +120,9 @@
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
 // share none (IndexSharing, sparse_mla.cpp); for 32 heads from T = 256 unless they share none;
-// for 64 and 128 from more head blocks than SMs (and 2^17 (block, position) pairs), whatever the hint. Tokens that share no rows (decode batches) pay the
-// union pass and 4x masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
+// for 64 and 128 from more head blocks than SMs (and 2^17 (block, position) pairs), whatever
+// the hint. At 16 heads, tokens that share no rows (decode batches) pay the union pass and 4x
+// masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
 // fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
 #include <climits>
@@ -502,8 +503,10 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
   const int num_groups = static_cast<int>(shared_rows_groups(num_blocks));
   const int* sizes = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_union_sizes_offset(num_blocks, p.topk));
   int* order = reinterpret_cast<int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk));
-  const int max_entries = kTokens * p.topk;
-  const auto class_of = [&](int g) { return kSizeBuckets - 1 - sizes[g] * kSizeBuckets / (max_entries + 1); };
+  // A group's union holds at most one list per distinct token: 4 at 16 heads, 2 at 32, 1 above.
+  const int tokens_per_group = max(1, kTokens / (p.num_heads / kHeadGroup));
+  const int max_entries = tokens_per_group * p.topk;
+  const auto class_of = [&](int g) { return kSizeBuckets - 1 - min(sizes[g], max_entries) * kSizeBuckets / (max_entries + 1); };
   int* s_flat = &s_count[0][0];
 
   for (int i = tid; i <= kSizeBuckets; i += kOrderThreads) s_next[i] = 0;
