@@ -90,8 +90,8 @@ enum class SparseMlaKernel {
                 // for IndexSharing::consecutive) and at 32 from T >= 256, never for none, when
                 // its CTAs fill >= 90 % of whole waves; at 64 and 128 heads, whatever the hint,
                 // from more head blocks (T x H / 16) than SMs and 2^17 (head block, index
-                // position) pairs (T >= 34 and 17 at topk 2048 on an H100). topk <= 2048, num_pages * page_size < 2^28, cache row
-                // strides < 2^31 elements
+                // position) pairs (T >= 34 and 17 at topk 2048 on an H100). Limits: topk <=
+                // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements
 };
 
 // The kernel configuration for one problem shape on one device.
