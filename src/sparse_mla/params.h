@@ -33,7 +33,7 @@ struct SparseMlaParams {
   int fused_rows;        // > 0: every CTA reads the token's whole index list (SparseMlaPlan::fused_rows)
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
-  uint8_t* shared_rows_union;  // shared-rows workspace: a record per group of 4 tokens, their sizes, their order (layout below)
+  uint8_t* shared_rows_union;  // shared-rows workspace: a record per group of 4 head blocks, their sizes, their order (layout below)
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
@@ -100,6 +100,12 @@ inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
 inline constexpr int kSharedRowsUnionHeaderBytes = 16;
 __host__ __device__ inline int64_t shared_rows_head_blocks(int num_tokens, int num_heads) {
   return int64_t{num_tokens} * (num_heads / kHeadGroup);
+}
+// Distinct tokens among a group's head blocks (whose lists the union pass unites): 4 at 16
+// heads, 2 at 32, 1 at 64 and 128.
+__host__ __device__ inline int shared_rows_tokens_per_group(int num_heads) {
+  const int blocks_per_token = num_heads / kHeadGroup;
+  return blocks_per_token >= kSharedRowsBlocks ? 1 : kSharedRowsBlocks / blocks_per_token;
 }
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;

@@ -205,6 +205,9 @@ __device__ __forceinline__ uint32_t p_offset(int r, int c) {
   return r * (kTileEntries * 2) + (((c / 8) ^ ((r / 2) % 4)) * 16) + (c % 8) * 2;
 }
 
+// Head block -> token: a right shift by log2(H / 16), head blocks being numbered token-major.
+__device__ __forceinline__ int head_block_shift(int num_heads) { return 31 - __clz(num_heads / kHeadGroup); }
+
 // Diagnostics (dsa-bench --timeline): the kTimelinePoints record of a CTA; points not recorded
 // keep the caller's -1.
 enum SharedRowsTimeline {
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   // The group's head blocks b0 .. b0 + blocks_here - 1; block b0 + g is token token0 + (g >> block_shift)
   // (b0 is a multiple of 4 and g < 4, so the shift distributes over the sum at every H).
   const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
-  const int block_shift = 31 - __clz(p.num_heads / kHeadGroup);  // head block -> token
+  const int block_shift = head_block_shift(p.num_heads);
   const int64_t b0 = int64_t{blockIdx.x} * kTokens;
   const int token0 = static_cast<int>(b0 >> block_shift);
   const int blocks_here = static_cast<int>(min(int64_t{kTokens}, num_blocks - b0));
@@ -346,7 +349,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   // Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token first;
   // then the group's row span and number of valid keys; then (row - lowest row) << 2 | token.
   // At H >= 64 the 4 head blocks are one token's: its list alone (the keys of block 0).
-  const bool one_token = p.num_heads >= kTokens * kHeadGroup;
+  const bool one_token = shared_rows_tokens_per_group(p.num_heads) == 1;
   uint32_t keys[kUnionKeysPerThread];
   const int num_positions = one_token ? p.topk : kTokens * p.topk;
   int row_lo = INT_MAX, row_hi = -1, my_keys = 0;
@@ -503,9 +506,8 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
   const int num_groups = static_cast<int>(shared_rows_groups(num_blocks));
   const int* sizes = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_union_sizes_offset(num_blocks, p.topk));
   int* order = reinterpret_cast<int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk));
-  // A group's union holds at most one list per distinct token: 4 at 16 heads, 2 at 32, 1 above.
-  const int tokens_per_group = max(1, kTokens / (p.num_heads / kHeadGroup));
-  const int max_entries = tokens_per_group * p.topk;
+  // A group's union holds at most one list per distinct token.
+  const int max_entries = shared_rows_tokens_per_group(p.num_heads) * p.topk;
   const auto class_of = [&](int g) { return kSizeBuckets - 1 - min(sizes[g], max_entries) * kSizeBuckets / (max_entries + 1); };
   int* s_flat = &s_count[0][0];
 
@@ -566,8 +568,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int wg = warp / 4;               // 0: scores, 1-2: output
   const int token_of_warp = warp % 4;    // rows 16w..16w+15 of the wgmma tile: the group's head block w
   const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
-  const int block_shift = 31 - __clz(p.num_heads / kHeadGroup);  // head block -> token
-  const int block_mask = p.num_heads / kHeadGroup - 1;            // head block -> its 16 heads within the token
+  const int block_shift = head_block_shift(p.num_heads);
+  const int block_mask = p.num_heads / kHeadGroup - 1;  // head block -> its 16 heads within the token
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
@@ -590,13 +592,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   // ((b0 + r / 16) & block_mask) * 16 + r % 16.
   const auto token_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) >> block_shift); };
   const auto head_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) & block_mask) * kHeadGroup + r % kHeadGroup; };
+  const auto row_live = [&](int r) { return b0 + r / kHeadGroup < num_blocks; };  // rows past the last head block: none
 
   // 2. Q of the 4 head blocks: dims 0-383 into the tile area (read into registers below), dims
   //    384-575 into their own blocks; rows past the last head block are zeros.
   for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
     const int r = c / kChunksPerRow, col = c - r * kChunksPerRow;
     const int t = token_of_row(r), h = head_of_row(r);
-    const bool live = b0 + r / kHeadGroup < num_blocks;
+    const bool live = row_live(r);
     const uint16_t* src = !live ? p.q_nope
                           : col < kCkvChunks
                               ? p.q_nope + t * p.q_nope_token_stride + h * p.q_nope_head_stride + col * 8
@@ -751,7 +754,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry;
 
     // Row sums, 1/l for the output warpgroups, lse.
-    const bool live = b0 + token_of_warp < num_blocks;
+    const bool live = row_live(row0);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float l = l_run[r];
@@ -891,7 +894,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const uint16_t* staged = reinterpret_cast<const uint16_t*>(smem + kTilesOffset);
   for (int i = tid; i < kRows * (kCkvDim / 8); i += kThreads) {
     const int r = i / (kCkvDim / 8), c = i % (kCkvDim / 8);
-    if (b0 + r / kHeadGroup >= num_blocks) break;  // rows past the last head block come last
+    if (!row_live(r)) break;  // rows past the last head block come last
     *reinterpret_cast<uint4*>(p.out + token_of_row(r) * p.out_token_stride + head_of_row(r) * p.out_head_stride + c * 8) =
         *reinterpret_cast<const uint4*>(staged + r * kStagedStride + c * 8);
   }

@@ -192,10 +192,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const int64_t shared_rows_ctas = detail::shared_rows_groups(shared_rows_head_blocks);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
+  const int tokens_per_group = detail::shared_rows_tokens_per_group(num_heads);
   bool shared_rows_pays = false;
-  if (num_heads >= detail::kSharedRowsBlocks * kHeadGroup)
+  if (tokens_per_group == 1)
     shared_rows_pays = shared_rows_head_blocks > dev.sm_count && shared_rows_head_blocks * topk >= detail::kSharedRowsMinPairsWide;
-  else if (num_heads == 2 * kHeadGroup)
+  else if (tokens_per_group == 2)
     shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
   else
     shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&

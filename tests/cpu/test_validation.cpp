@@ -104,7 +104,7 @@ TEST(Validate, SharedRowsRefusesRowStridesOf2To31) {
   }
 }
 
-// The shared-rows plan's workspace holds each 4-token group's union (written by its first
+// The shared-rows plan's workspace holds each group's union (written by its first
 // kernel, read by the second): too small or missing is refused by name before any launch.
 TEST(Validate, SharedRowsForwardNeedsItsWorkspace) {
   Buffers b;

@@ -649,8 +649,9 @@ int run_inspect(const Options& o, int tokens_shown) {
     if (plan.kernel == SparseMlaKernel::shared_rows) {
       std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens x "
                   "%d heads, %d-entry union tiles, workspace %zu bytes\n",
-                  dev_name.c_str(), o.sharing.c_str(), plan.ctas, std::max(1, detail::kSharedRowsBlocks * kHeadGroup / c.num_heads),
-                  std::min(c.num_heads, detail::kSharedRowsBlocks * kHeadGroup), plan.block_keys, plan.workspace_bytes);
+                  dev_name.c_str(), o.sharing.c_str(), plan.ctas, detail::shared_rows_tokens_per_group(c.num_heads),
+                  detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads), plan.block_keys,
+                  plan.workspace_bytes);
       continue;
     }
     std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
