@@ -89,28 +89,38 @@ enum class SparseMlaKernel {
                 // per 64 heads, not per 16. The planner picks it at 16 heads from T >= 2048 (512
                 // for IndexSharing::consecutive) and at 32 from T >= 256, never for none, when
                 // its CTAs fill >= 90 % of whole waves; at 64 and 128 heads, whatever the hint,
-                // from more head blocks (T x H / 16) than SMs and 2^17 (head block, index
-                // position) pairs (T >= 34 and 17 at topk 2048 on an H100). Limits: topk <=
-                // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements
+                // from 2^17 (head block, index position) pairs (head blocks: T x H / 16), 2^16
+                // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
+                // H100: T >= 8 at 64 heads, T >= 4 at 128), splitting each CTA's entries when
+                // there are fewer CTAs than SMs. Limits: topk <= 2048, num_pages * page_size <
+                // 2^28, cache row strides < 2^31 elements
 };
 
 // The kernel configuration for one problem shape on one device.
 struct SparseMlaPlan {
   int num_tokens = 0, num_heads = 0, topk = 0;  // the shape it was made for
-  SparseMlaKernel kernel = SparseMlaKernel::split_k;  // block_keys, splits, chunk: split_k only
+  SparseMlaKernel kernel = SparseMlaKernel::split_k;
   int block_keys = 0;    // KV rows per pipeline tile (16, 32 or 64)
-  int splits = 0;        // index chunks per token; > 1 adds a combine kernel
-  int chunk = 0;         // index positions per split (<= kMaxChunk)
+  int splits = 0;        // split_k: index chunks per token; shared_rows: runs of each group's union
+                         // tiles. > 1 adds a combine kernel
+  int chunk = 0;         // split_k: index positions per split (<= kMaxChunk); shared_rows: union
+                         // entries per split for a full list (whole 32-entry tiles, <= topk)
   int ctas = 0;          // blocks of the main kernel
   int launches = 0;      // kernels one forward call launches, in stream order (profilers group by it):
-                         // split_k 1, + 1 combine when splits > 1; shared_rows 3 (union, order, main)
-  // split_k with splits > 1: a token with at most this many valid indices is finished by its
-  // first split alone, with no merge (each CTA counts the token's valid indices on the device;
-  // the others and the combine skip it). 0: off (splits == 1, topk > kMaxChunk, or a chunk
-  // that is not a multiple of 32 positions).
+                         // split_k 1, + 1 combine when splits > 1; shared_rows: the union pass if
+                         // any, the order pass (one split, union pass), main, + 1 combine (splits > 1)
+  // With splits > 1: a token with at most this many valid indices is finished by its first
+  // split alone, with no merge (each CTA counts the token's valid indices on the device; the
+  // others and the combine skip it). 0: off (splits == 1; split_k: topk > kMaxChunk or a chunk
+  // that is not a multiple of 32 positions; shared_rows: fewer than 64 heads).
   int fused_rows = 0;
-  // split_k: fp32 partials, 0 when splits == 1; shared_rows: each 4-token group's row union
-  // (48 KB per group at topk 2048), its size and the order the groups run in.
+  // shared_rows: whether a union pass builds each group's rows before the main kernel (then,
+  // with one split, an order pass ranks the groups). false at 64 and 128 heads when the CTAs fit
+  // one wave: each CTA compacts its token's index list itself, one kernel and round trip fewer.
+  bool union_pass = false;
+  // split_k: fp32 partials, 0 when splits == 1; shared_rows: with a union pass each group's row
+  // union (48 KB per group at topk 2048), its size and the order the groups run in, then the
+  // partials of its splits when splits > 1.
   size_t workspace_bytes = 0;
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;

@@ -34,6 +34,7 @@ struct SparseMlaParams {
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
   uint8_t* shared_rows_union;  // shared-rows workspace: a record per group of 4 head blocks, their sizes, their order (layout below)
+  bool shared_rows_union_pass;  // false: each shared-rows CTA compacts its token's list (SparseMlaPlan::union_pass)
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
@@ -89,7 +90,8 @@ inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 inline constexpr int kSharedRowsMinTokens32Heads = 256;
-inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
+inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;  // half of it for lists of kSharedRowsLongList
+inline constexpr int kSharedRowsLongList = 1024;
 // Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group, which the
 // group's CTA of the main kernel reads: a 16-byte header (union entries, keys, whether entries
 // are words), then 4 topk + 32 uint32 (entry words padded to whole tiles, or the sorted keys),
@@ -129,12 +131,21 @@ __host__ __device__ inline int64_t shared_rows_order_offset(int64_t head_blocks,
 inline size_t shared_rows_workspace_bytes(int64_t head_blocks, int topk) {
   return static_cast<size_t>(shared_rows_order_offset(head_blocks, topk) + shared_rows_group_ints_bytes(head_blocks));
 }
+// Splits (p.splits > 1; the planner's for few groups, small T at 64 and 128 heads): CTA b computes
+// split b % splits of group b / splits, an equal run of this many of the group's union tiles
+// (the last splits fewer or none), and writes fp32 partials that the split-K combine merges.
+__host__ __device__ inline int shared_rows_split_tiles(int union_tiles, int splits) {
+  return (union_tiles + splits - 1) / splits;
+}
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream);
+// The combine of p.splits > 1 partials (splitk_kernel.cu), launched dependent on the kernel before
+// it; both kernels' splits end with it.
+void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream);
 void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits, cudaStream_t stream);
 void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
                                   int64_t token_stride, int64_t num_rows, long long* d_count,

@@ -37,7 +37,11 @@
 //      mbarriers hand tiles and P over: every writing (or reading) thread arrives (release),
 //      the waiters acquire; compute-sanitizer's racecheck and synccheck follow that.
 //   3. Epilogue: normalise, stage the 64 x 512 bf16 tile in shared memory, write whole rows and
-//      the lse. One CTA owns its tokens' heads: no split, no combine.
+//      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
+//      (few groups, small T at 64 and 128 heads): then each split writes fp32 partials and the
+//      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. At 64 and
+//      128 heads with one wave of CTAs there is no union or order pass: each CTA compacts its
+//      token's list itself and gathers its first two tiles while Q is still landing.
 // The tensor cores compute every (query row, entry) pair, also those of entries another token
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
 // that is ~2.4x the useful MMA work, traded for 0.6x the L2 traffic and shared-memory reads
@@ -113,6 +117,13 @@
 //               H = 64 random T = 1024 2827 -> 906 us (split-K 2183), prefill T = 4096 6865 ->
 //               3217 (split-K 8274); H = 128 random T = 1024 5595 -> 1606 (4251); H = 32 random
 //               T = 1024 1437 -> 808 (1127), prefill T = 4096 3451 -> 2546 (4198).
+//   v12         splits for fewer groups than SMs at 64 and 128 heads (fp32 partials + the split-K
+//               combine), and no union or order pass for one wave of one-token groups (each CTA
+//               compacts its list). Random, topk 2048, planner vs split-K (runs 134-135): H = 64
+//               T = 16 / 32 35.2 / 52.5 us (47.0 / 83.7), T = 64 79.6 (unsplit shared rows 109.1,
+//               run 133); H = 128 T = 4 / 8 / 16 / 32 26.4 / 30.1 / 43.1 / 67.8 (29.5 / 46.6 /
+//               82.9 / 145.4). The first two tiles gathered while Q lands: -0.4 to -0.9 us per
+//               call (run 135, A/B). Split-K keeps T <= 4 at 64 heads and <= 2 at 128.
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -120,8 +131,8 @@
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
 // share none (IndexSharing, sparse_mla.cpp); for 32 heads from T = 256 unless they share none;
-// for 64 and 128 from more head blocks than SMs (and 2^17 (block, position) pairs), whatever
-// the hint. At 16 heads, tokens that share no rows (decode batches) pay the union pass and 4x
+// for 64 and 128 from 2^17 (head block, position) pairs (2^16 with lists >= 1024, or more head
+// blocks than split-K's two CTAs per SM), whatever the hint. At 16 heads, tokens that share no rows (decode batches) pay the union pass and 4x
 // masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
 // fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
@@ -196,6 +207,11 @@ constexpr int kEntriesOffset = kKeysOffset + kKeysBytes;
 constexpr int kHandoffOffset = (kEntriesOffset + kEntriesBytes + 127) / 128 * 128;  // P x 2, alpha x 2, 1/l
 constexpr int kSmemBytes = kHandoffOffset + 2 * kPBytes + 2 * kRows * 4 + kRows * 4 + 1024;
 static_assert(kQStagingBytes <= kStages * kTileBytes, "Q staging fits the tiles");
+// Q's staging sits at the end of the tile stages (1024-byte aligned for the swizzle), so the
+// first kQStagingFreeStages stages can be loaded before Q is read into registers.
+constexpr int kQStagingOffset = (kStages * kTileBytes - kQStagingBytes) / 1024 * 1024;
+constexpr int kQStagingFreeStages = kQStagingOffset / kTileBytes;
+static_assert(kQStagingFreeStages == 2 && kQStagingFreeStages < kStages - 1, "the early tiles are the first copy groups");
 static_assert(kRows * kStagedStride * 2 <= kStages * kTileBytes, "output staging fits the tiles");
 static_assert(kTileEntries == 32, "P's swizzle assumes 4 chunks of 16 bytes per row");
 
@@ -584,9 +600,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   }
 
   // 1. The group: once the union and order passes are done (programmatic dependent launch), the
-  //    order pass's list (largest unions first).
-  ptx::wait_prerequisites();
-  const int group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
+  //    order pass's list (largest unions first). With splits, or without a union pass (few
+  //    groups, no order pass) CTA b computes split b % splits of group b / splits, known before
+  //    the union pass ends, so Q's loads go out before the wait; the combine may launch now (it
+  //    waits for this grid).
+  const bool split_out = p.splits > 1;  // fp32 partials for the combine, not out and lse
+  int group, split = 0;
+  if (split_out || !p.shared_rows_union_pass) {
+    if (split_out) ptx::launch_dependents();
+    group = static_cast<int>(blockIdx.x / p.splits);
+    split = static_cast<int>(blockIdx.x % p.splits);
+  } else {
+    ptx::wait_prerequisites();
+    group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
+  }
   const int64_t b0 = int64_t{group} * kTokens;  // the group's first head block
   // Row r of the tile: head block b0 + r / 16, so token (b0 + r / 16) >> block_shift and head
   // ((b0 + r / 16) & block_mask) * 16 + r % 16.
@@ -604,34 +631,138 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
                           : col < kCkvChunks
                               ? p.q_nope + t * p.q_nope_token_stride + h * p.q_nope_head_stride + col * 8
                               : p.q_pe + t * p.q_pe_token_stride + h * p.q_pe_head_stride + (col - kCkvChunks) * 8;
-    const uint32_t dst = col < kRegChunks ? sTiles + wgmma::sw128_offset(kRows, r, col) : sQSmem + wgmma::sw128_offset(kRows, r, col - kRegChunks);
+    const uint32_t dst = col < kRegChunks ? sTiles + kQStagingOffset + wgmma::sw128_offset(kRows, r, col)
+                                          : sQSmem + wgmma::sw128_offset(kRows, r, col - kRegChunks);
     ptx::cp_async_16(dst, src, live ? 16u : 0u);
   }
   ptx::cp_async_commit();
 
   // 3. The group's union from the pass before (sparse_mla_shared_rows_union_kernel): entry words,
-  //    or keys and each entry's first key, into the same shared memory the loop reads.
-  const uint8_t* record = p.shared_rows_union + group * shared_rows_union_stride(p.topk);
-  const int4 header = *reinterpret_cast<const int4*>(record);  // entries, keys, words
-  const int num_entries = header.x;
+  //    or keys and each entry's first key, into the same shared memory the loop reads. A split
+  //    takes an equal run of the union's tiles (shared_rows_split_tiles), the last ones fewer or
+  //    none, so -1 padding costs no split anything; its entries keep their places (entry0 on).
+  //    Without a union pass (one token per group) the CTA compacts its token's list itself, as
+  //    that pass would: valid indices in position order, words row << 4 | all four blocks.
+  int num_entries;
+  int4 header = make_int4(0, 0, 1, 0);  // entries, keys, words
+  const uint8_t* record = nullptr;
+  if (p.shared_rows_union_pass) {
+    if (split_out) ptx::wait_prerequisites();
+    record = p.shared_rows_union + group * shared_rows_union_stride(p.topk);
+    header = *reinterpret_cast<const int4*>(record);
+    num_entries = header.x;
+  } else {
+    constexpr int kItems = (SparseMlaPlan::kMaxChunk + kThreads - 1) / kThreads;
+    const int32_t* list = p.indices + static_cast<int64_t>(token_of_row(0)) * p.indices_token_stride;
+    int32_t row[kItems];
+    bool valid[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {  // every load in flight before any test
+      const int k = j * kThreads + tid;
+      row[j] = k < p.topk ? __ldg(list + k) : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) valid[j] = names_a_row(row[j], p.num_rows);
+    int* counts = reinterpret_cast<int*>(s_p);  // free until the loop's first P
+    num_entries = block_compact<kItems, kThreads>(valid, counts, [&](int rank, int j) {
+      s_words[rank] = (static_cast<uint32_t>(row[j]) << kRowShift) | kLowBits;
+    });
+    const int padded = (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries;
+    if (num_entries + tid < padded) s_words[num_entries + tid] = 0;  // the last tile's missing entries: no row
+    header.x = header.y = num_entries;
+  }
   const bool words = header.z != 0;  // uniform over the CTA
+  const int union_tiles = (num_entries + kTileEntries - 1) / kTileEntries;
+  // Fused (p.fused_rows > 0: one token per group): a union of at most fused_rows entries (a short
+  // list) is done by split 0 alone, which writes out and lse; the other splits leave, and the
+  // combine, counting the token's valid indices as the compaction did, skips the token.
+  const bool fused = split_out && p.fused_rows > 0 && num_entries <= p.fused_rows;
+  if (fused && split != 0) {
+    ptx::cp_async_wait<0>();  // Q's copies land before the CTA's shared memory is released
+    return;
+  }
+  const bool write_partials = split_out && !fused;
+  const int tiles_per_split = write_partials ? shared_rows_split_tiles(union_tiles, p.splits) : union_tiles;
+  const int first_tile = min(split * tiles_per_split, union_tiles);
+  const int num_tiles = min(tiles_per_split, union_tiles - first_tile);  // this CTA's
+  const int entry0 = first_tile * kTileEntries;
   {
-    const int num_u32 = words ? (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries : header.y;
+    // Words: the split's own (whole tiles: the union pass pads the last one). Keys: all of them
+    // (a key run may start before entry0).
+    const int u32_begin = words ? entry0 : 0;
+    const int u32_end = words ? entry0 + num_tiles * kTileEntries : header.y;
     const uint32_t s_keys_addr = ptx::smem_addr(s_keys), s_entry_addr = ptx::smem_addr(s_entry);
-    const uint8_t* g_words = record + kSharedRowsUnionHeaderBytes;
-    const uint8_t* g_entry = record + shared_rows_union_entries_offset(p.topk);
-    for (int c = tid; c < (num_u32 + 3) / 4; c += kThreads) ptx::cp_async_16(s_keys_addr + 16 * c, g_words + 16 * c, 16u);
+    if (record != nullptr) {
+      const uint8_t* g_words = record + kSharedRowsUnionHeaderBytes;
+      for (int c = u32_begin / 4 + tid; c < (u32_end + 3) / 4; c += kThreads) ptx::cp_async_16(s_keys_addr + 16 * c, g_words + 16 * c, 16u);
+    }
     if (!words) {
+      const uint8_t* g_entry = record + shared_rows_union_entries_offset(p.topk);
       for (int c = tid; c < (num_entries + 1 + 7) / 8; c += kThreads) ptx::cp_async_16(s_entry_addr + 16 * c, g_entry + 16 * c, 16u);
     } else {
-      for (int e = tid; e < num_entries; e += kThreads) s_entry[e] = static_cast<uint16_t>(e);  // entry e is word e
+      const int entry_end = min(num_entries, entry0 + num_tiles * kTileEntries);
+      for (int e = entry0 + tid; e < entry_end; e += kThreads) s_entry[e] = static_cast<uint16_t>(e);  // entry e is word e
     }
     ptx::cp_async_commit();
   }
-  ptx::cp_async_wait<0>();
+  // The output warpgroups' gathers (defined here: without a union pass they issue the first
+  // tiles before Q has landed).
+  const int og = wg - 1;           // output dims [256 og, 256 og + 256) (scores threads: unused)
+  const int gw = warp % 4;         // warp within the warpgroup
+  // Warpgroup og gathers the columns only it and the scores read: ckv chunks [32 og, 32 og + 32)
+  // (its V) and kpe chunks [4 og, 4 og + 4), warp gw rows gw, gw + 4, ... Refilling a stage then
+  // waits on nothing from the other output warpgroup. The gather is the output warpgroups'
+  // busiest code (ncu, run 53: 43 % of stall samples with 64-bit address math per row), so
+  // everything that depends on the lane only is computed once: row r = gw + 4 i has
+  // r % 8 = gw + 4 (i % 2), so two swizzled destinations per chunk serve every row, and a
+  // row's source is one 32 x 32 -> 64-bit multiply-add (strides < 2^32, checked on the host).
+  const int ckv_chunk = og * kGroupCkvChunks + lane;
+  const int kpe_chunk = kCkvChunks + og * kGroupKpeChunks + lane;  // used by lanes < 4
+  const bool kpe_lane = lane < kGroupKpeChunks;
+  const uint32_t dst_ckv[2] = {wgmma::sw128_offset(kTileEntries, gw, ckv_chunk), wgmma::sw128_offset(kTileEntries, gw + 4, ckv_chunk)};
+  const uint32_t dst_kpe[2] = {wgmma::sw128_offset(kTileEntries, gw, kpe_chunk), wgmma::sw128_offset(kTileEntries, gw + 4, kpe_chunk)};
+  const uint64_t src_ckv = reinterpret_cast<uint64_t>(p.ckv + ckv_chunk * 8);
+  const uint64_t src_kpe = reinterpret_cast<uint64_t>(p.kpe + (kpe_chunk - kCkvChunks) * 8);
+  const uint32_t ckv_row_bytes = static_cast<uint32_t>(p.ckv_row_stride) * 2, kpe_row_bytes = static_cast<uint32_t>(p.kpe_row_stride) * 2;
+  auto load_tile = [&](int tile) {
+    const uint32_t dst = sTiles + (tile % kStages) * kTileBytes;
+    const int e = entry0 + tile * kTileEntries + lane;  // lane l looks up entry l's row; shuffles share them
+    // s_entry[e] indexes entry e's word (over the keys) or its first key: the row lies above
+    // kRowShift either way (one indexing for both keeps the output warpgroups from spilling).
+    const int my_row = e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> kRowShift);
+#pragma unroll
+    for (int i = 0; i < kTileEntries / 4; ++i) {
+      const int row_or_none = __shfl_sync(0xffffffffu, my_row, gw + 4 * i);
+      const uint32_t row = row_or_none < 0 ? 0u : static_cast<uint32_t>(row_or_none);
+      const uint32_t bytes = row_or_none < 0 ? 0u : 16u;
+      const uint32_t row_offset = (i / 2) * 8 * 128;  // rows gw + 4 i and gw + 4 (i % 2) are 8 (i / 2) apart
+      ptx::cp_async_16(dst + dst_ckv[i % 2] + row_offset,
+                       reinterpret_cast<const void*>(static_cast<uint64_t>(row) * ckv_row_bytes + src_ckv), bytes);
+      if (kpe_lane)
+        ptx::cp_async_16(dst + dst_kpe[i % 2] + row_offset,
+                         reinterpret_cast<const void*>(static_cast<uint64_t>(row) * kpe_row_bytes + src_kpe), bytes);
+    }
+  };
+  // Without a union pass the entries are known now (the compaction above), so the output
+  // warpgroups issue the tiles of the stages Q's staging leaves free while Q is still landing:
+  // a split of one or two tiles then waits for Q and its rows at once, not one after the other.
+  const bool early_tiles = !p.shared_rows_union_pass && wg > 0;
+  if (!p.shared_rows_union_pass) {
+    __syncthreads();  // the compacted entries visible
+    if (early_tiles) {
+#pragma unroll
+      for (int t = 0; t < kQStagingFreeStages; ++t) {
+        if (t < num_tiles) load_tile(t);
+        ptx::cp_async_commit();
+      }
+    }
+  }
+  if (early_tiles)
+    ptx::cp_async_wait<kQStagingFreeStages>();  // Q landed (the early tiles may not have)
+  else
+    ptx::cp_async_wait<0>();
   wgmma::fence_proxy_async_smem();  // Q's shared-memory blocks are read by wgmma
   __syncthreads();  // entries, Q and the mbarriers visible
-  const int num_tiles = (num_entries + kTileEntries - 1) / kTileEntries;
   if (kTimed && tid == 0) timeline[kTlSetup] = clock64() - clock_entry;
 
   if (wg == 0) {
@@ -640,7 +771,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     uint32_t q[kRegKSteps][4];  // A fragments of Q[:, 0:384], rows 16w..16w+15 of this warp
 #pragma unroll
     for (int kk = 0; kk < kRegKSteps; ++kk)
-      ptx::ldmatrix_x4(q[kk], sTiles + wgmma::sw128_offset(kRows, token_of_warp * 16 + lane % 16, 2 * kk + lane / 16));
+      ptx::ldmatrix_x4(q[kk], sTiles + kQStagingOffset + wgmma::sw128_offset(kRows, token_of_warp * 16 + lane % 16, 2 * kk + lane / 16));
     cuda::ptx::mbarrier_arrive(&q_read);  // the output warpgroups may load tiles over the staging
 
     float m_run[2] = {-INFINITY, -INFINITY};  // rows lane/4 and lane/4 + 8 of this warp, base-2 logits
@@ -664,11 +795,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         if constexpr (kWords) {
 #pragma unroll
           for (int n = 0; n < kSAcc / 4; ++n) {
-            const uint2 w = *reinterpret_cast<const uint2*>(s_words + j * kTileEntries + 8 * n + col0);
+            const uint2 w = *reinterpret_cast<const uint2*>(s_words + entry0 + j * kTileEntries + 8 * n + col0);
             listed |= ((w.x >> token_of_warp) & 1u) << (2 * n) | ((w.y >> token_of_warp) & 1u) << (2 * n + 1);
           }
         } else {
-          const int e = j * kTileEntries + lane;
+          const int e = entry0 + j * kTileEntries + lane;
           if (e < num_entries) {
             const int end = s_entry[e + 1];
             for (int k = s_entry[e]; k < end; ++k) count += (s_keys[k] & kLowBits) == static_cast<unsigned>(token_of_warp);
@@ -763,8 +894,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       const bool any = l > 0.f;
       if (lane % 4 == 0) {
         s_inv_l[row0 + 8 * r] = any ? 1.f / l : 0.f;
-        if (live)
-          p.lse[token_of_row(row0 + 8 * r) * p.lse_token_stride + head_of_row(row0 + 8 * r)] = any ? m_run[r] + log2f(l) : -INFINITY;
+        const int t = token_of_row(row0 + 8 * r), h = head_of_row(row0 + 8 * r);
+        const float lse = any ? m_run[r] + log2f(l) : -INFINITY;  // -inf: the combine drops this split
+        if (live && write_partials)
+          p.partial_lse[(int64_t{t} * p.num_heads + h) * p.splits + split] = lse;
+        else if (live)
+          p.lse[t * p.lse_token_stride + h] = lse;
       }
     }
     ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written
@@ -772,42 +907,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   } else {
     // ---- output warpgroups: gather the tiles, O += P V ------------------------------------------
     ptx::setmaxnreg_inc<kOutputRegs>();
-    const int og = wg - 1;           // output dims [256 og, 256 og + 256)
-    const int gw = warp % 4;         // warp within the warpgroup
-    // Warpgroup og gathers the columns only it and the scores read: ckv chunks [32 og, 32 og + 32)
-    // (its V) and kpe chunks [4 og, 4 og + 4), warp gw rows gw, gw + 4, ... Refilling a stage then
-    // waits on nothing from the other output warpgroup. The gather is the output warpgroups'
-    // busiest code (ncu, run 53: 43 % of stall samples with 64-bit address math per row), so
-    // everything that depends on the lane only is computed once: row r = gw + 4 i has
-    // r % 8 = gw + 4 (i % 2), so two swizzled destinations per chunk serve every row, and a
-    // row's source is one 32 x 32 -> 64-bit multiply-add (strides < 2^32, checked on the host).
-    const int ckv_chunk = og * kGroupCkvChunks + lane;
-    const int kpe_chunk = kCkvChunks + og * kGroupKpeChunks + lane;  // used by lanes < 4
-    const bool kpe_lane = lane < kGroupKpeChunks;
-    const uint32_t dst_ckv[2] = {wgmma::sw128_offset(kTileEntries, gw, ckv_chunk), wgmma::sw128_offset(kTileEntries, gw + 4, ckv_chunk)};
-    const uint32_t dst_kpe[2] = {wgmma::sw128_offset(kTileEntries, gw, kpe_chunk), wgmma::sw128_offset(kTileEntries, gw + 4, kpe_chunk)};
-    const uint64_t src_ckv = reinterpret_cast<uint64_t>(p.ckv + ckv_chunk * 8);
-    const uint64_t src_kpe = reinterpret_cast<uint64_t>(p.kpe + (kpe_chunk - kCkvChunks) * 8);
-    const uint32_t ckv_row_bytes = static_cast<uint32_t>(p.ckv_row_stride) * 2, kpe_row_bytes = static_cast<uint32_t>(p.kpe_row_stride) * 2;
-    auto load_tile = [&](int tile) {
-      const uint32_t dst = sTiles + (tile % kStages) * kTileBytes;
-      const int e = tile * kTileEntries + lane;  // lane l looks up entry l's row; shuffles share them
-      // s_entry[e] indexes entry e's word (over the keys) or its first key: the row lies above
-      // kRowShift either way (one indexing for both keeps the output warpgroups from spilling).
-      const int my_row = e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> kRowShift);
-#pragma unroll
-      for (int i = 0; i < kTileEntries / 4; ++i) {
-        const int row_or_none = __shfl_sync(0xffffffffu, my_row, gw + 4 * i);
-        const uint32_t row = row_or_none < 0 ? 0u : static_cast<uint32_t>(row_or_none);
-        const uint32_t bytes = row_or_none < 0 ? 0u : 16u;
-        const uint32_t row_offset = (i / 2) * 8 * 128;  // rows gw + 4 i and gw + 4 (i % 2) are 8 (i / 2) apart
-        ptx::cp_async_16(dst + dst_ckv[i % 2] + row_offset,
-                         reinterpret_cast<const void*>(static_cast<uint64_t>(row) * ckv_row_bytes + src_ckv), bytes);
-        if (kpe_lane)
-          ptx::cp_async_16(dst + dst_kpe[i % 2] + row_offset,
-                           reinterpret_cast<const void*>(static_cast<uint64_t>(row) * kpe_row_bytes + src_kpe), bytes);
-      }
-    };
     // Tile j is announced once the warp's copies landed: wait_group, then the proxy fence
     // (cp.async writes -> the wgmma proxy), then the warp's arrival.
     auto announce = [&](int tile) {
@@ -817,9 +916,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     unsigned wait_p = 0;
     ptx::mbarrier_wait(&q_read, 0);
     // Copy groups: one per tile, tile t in stage t % kStages. Tiles 0 .. kStages - 2 go out
-    // first; all but the newest are announced as soon as they land.
+    // first (the first kQStagingFreeStages above, without a union pass); all but the newest are
+    // announced as soon as they land.
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
+      if (early_tiles && t < kQStagingFreeStages) continue;
       if (t < num_tiles) load_tile(t);
       ptx::cp_async_commit();
     }
@@ -875,24 +976,41 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     ptx::cp_async_wait<0>();
     if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p;
 
-    // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles.
+    // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles; a split writes its
+    // fp32 partial rows straight from registers (4 lanes fill a 32-byte sector of a row).
     ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written; every warpgroup is done with the tiles
     const float inv0 = s_inv_l[row0], inv1 = s_inv_l[row0 + 8];
     uint16_t* staged = reinterpret_cast<uint16_t*>(smem + kTilesOffset);
     const int col0 = 2 * (lane % 4);
+    if (write_partials) {
+      if (num_tiles > 0) {  // an empty split's lse is -inf: the combine never reads its rows
 #pragma unroll
-    for (int n = 0; n < kOAcc / 4; ++n) {
-      *reinterpret_cast<uint32_t*>(staged + row0 * kStagedStride + og * kDimsPerGroup + 8 * n + col0) =
-          ptx::pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
-      *reinterpret_cast<uint32_t*>(staged + (row0 + 8) * kStagedStride + og * kDimsPerGroup + 8 * n + col0) =
-          ptx::pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
+        for (int r = 0; r < 2; ++r) {
+          const int row = row0 + 8 * r;
+          if (!row_live(row)) continue;
+          const float inv = r == 0 ? inv0 : inv1;
+          float* dst = p.partial_out + ((int64_t{token_of_row(row)} * p.num_heads + head_of_row(row)) * p.splits + split) * kCkvDim +
+                       og * kDimsPerGroup + col0;
+#pragma unroll
+          for (int n = 0; n < kOAcc / 4; ++n)
+            *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kOAcc / 4; ++n) {
+        *reinterpret_cast<uint32_t*>(staged + row0 * kStagedStride + og * kDimsPerGroup + 8 * n + col0) =
+            ptx::pack_bf16x2(o[4 * n] * inv0, o[4 * n + 1] * inv0);
+        *reinterpret_cast<uint32_t*>(staged + (row0 + 8) * kStagedStride + og * kDimsPerGroup + 8 * n + col0) =
+            ptx::pack_bf16x2(o[4 * n + 2] * inv1, o[4 * n + 3] * inv1);
+      }
     }
     ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (b)
   }
 
-  // Every thread writes whole rows.
+  // Every thread writes whole rows (partials were written above).
   const uint16_t* staged = reinterpret_cast<const uint16_t*>(smem + kTilesOffset);
-  for (int i = tid; i < kRows * (kCkvDim / 8); i += kThreads) {
+  for (int i = tid; i < kRows * (kCkvDim / 8) && !write_partials; i += kThreads) {
     const int r = i / (kCkvDim / 8), c = i % (kCkvDim / 8);
     if (!row_live(r)) break;  // rows past the last head block come last
     *reinterpret_cast<uint4*>(p.out + token_of_row(r) * p.out_token_stride + head_of_row(r) * p.out_head_stride + c * 8) =
@@ -910,12 +1028,22 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true>>(kSmemBytes);
   const int64_t groups = shared_rows_groups(shared_rows_head_blocks(p.num_tokens, p.num_heads));
-  sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
-  DSA_CUDA_CHECK(cudaGetLastError());
-  // Each pass after the first waits for the one before with griddepcontrol.wait.
-  launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
+  const bool split_out = p.splits > 1;
   auto* kernel = p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true> : sparse_mla_shared_rows_kernel<false>;
-  launch_dependent(kernel, dim3(static_cast<unsigned>(groups)), dim3(kThreads), kSmemBytes, stream, p);
+  const dim3 grid(static_cast<unsigned>(groups * p.splits));
+  // Each kernel after the first waits for the one before with griddepcontrol.wait. With splits
+  // (groups taken in block order: nothing to order) the main kernel follows the union pass, and
+  // the combine follows the main kernel. Without a union pass the main kernel reads only inputs.
+  if (p.shared_rows_union_pass) {
+    sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
+    DSA_CUDA_CHECK(cudaGetLastError());
+    if (!split_out) launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
+    launch_dependent(kernel, grid, dim3(kThreads), kSmemBytes, stream, p);
+  } else {
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+    DSA_CUDA_CHECK(cudaGetLastError());
+  }
+  if (split_out) launch_sparse_mla_combine(p, stream);
 }
 
 }  // namespace dsa::detail

@@ -30,6 +30,22 @@ size_t workspace_for(int num_tokens, int num_heads, int splits) {
   return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * (kCkvDim + 1) * sizeof(float) : 0;
 }
 
+// The shared-rows kernel's: with a union pass each group's union, sizes and order (a 16-byte
+// multiple), then the partials of its splits.
+size_t shared_rows_union_bytes(int num_tokens, int num_heads, int topk, bool union_pass) {
+  return union_pass ? detail::shared_rows_workspace_bytes(detail::shared_rows_head_blocks(num_tokens, num_heads), topk) : 0;
+}
+size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int splits, bool union_pass) {
+  return shared_rows_union_bytes(num_tokens, num_heads, topk, union_pass) + workspace_for(num_tokens, num_heads, splits);
+}
+
+// Points p's partials into a workspace that holds them from byte `offset` on.
+void set_partials(detail::SparseMlaParams& p, void* workspace, size_t offset) {
+  if (p.splits <= 1) return;
+  p.partial_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + offset);
+  p.partial_lse = p.partial_out + static_cast<size_t>(p.num_tokens) * p.num_heads * p.splits * kCkvDim;
+}
+
 struct ResolvedStrides {
   int64_t qn_t, qn_h, qp_t, qp_h, ckv, kpe, idx, out_t, out_h, lse_t;
 };
@@ -141,6 +157,16 @@ static void require_workspace(const void* workspace, size_t workspace_bytes, siz
   if (need > 0) require_pointer(workspace, "workspace", 16);
 }
 
+// A forced fused_rows threshold: in range, and only where the plan can fuse.
+static void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
+  if (choice.fused_rows < -1 || choice.fused_rows > SparseMlaPlan::kMaxChunk)
+    fail("fused_rows", "must be -1, 0 or in [1, " + std::to_string(SparseMlaPlan::kMaxChunk) + "], got " +
+                           std::to_string(choice.fused_rows));
+  if (choice.fused_rows > 0 && !fusable)
+    fail("fused_rows", "needs splits > 1, topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " and a chunk of whole " +
+                           std::to_string(detail::kFusedChunkAlign) + "-position groups (split_k), or 64+ heads (shared_rows)");
+}
+
 // A plan's CTA count, which one launch (an int grid) must hold.
 static int launch_ctas(int64_t ctas) {
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
@@ -162,15 +188,20 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   PlanChoice::Kernel choice_kernel = choice.kernel;
   // Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
-  //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, where
-  //    split-K gives each head block one CTA (more head blocks than SMs) and the call holds at
-  //    least 2^17 (head block, index position) pairs: split-K's CTAs of 16 heads each read every
-  //    row again and run mma.sync at M = 16. Measured on the H100 (docs/perf.md runs 125, 127-128),
-  //    split-K vs shared-rows, us: H = 64 random T = 34 / 64 / 256 / 1024 139 / 146 / 557 / 2183 vs
-  //    105 / 110 / 240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300 rows T = 1024 115 /
-  //    396 vs 113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 17 / 1024 139 / 4251 vs
-  //    104 / 1606. Split-K keeps T = 32 at 64 heads (two splits: 84 vs 105) and small calls, where
-  //    the two passes and the setup (~12 us) weigh: topk 256 at T = 64 26 vs 31.
+  //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
+  //    call holds 2^17 (head block, index position) pairs, or 2^16 with lists of >= 1024
+  //    positions, or more head blocks than split-K's two CTAs per SM: split-K's CTAs of 16 heads
+  //    each read every row again and run mma.sync at M = 16. Fewer groups than SMs split each
+  //    group's union tiles so that one wave fills the chip (a combine merges them), and CTAs of
+  //    one wave compact their token's list themselves (no union or order pass). Measured on the
+  //    H100 (docs/perf.md runs 125-134), split-K vs shared-rows, us: H = 64 random T = 8 / 16 /
+  //    32 / 64 / 256 / 1024 29.5 / 47.0 / 83.7 / 147 / 557 / 2183 vs 29.2 / 35.3 / 52.4 / 80.2 /
+  //    240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300 rows T = 1024 115 / 396 vs
+  //    113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 4 / 8 / 16 / 32 / 1024 29.5 /
+  //    46.6 / 82.9 / 145 / 4251 vs 26.7 / 30.6 / 43.8 / 69.3 / 1606, topk 64 T = 64 22.3 vs 15.8.
+  //    Split-K keeps smaller calls, where shared rows' fixed costs (Q of 64 heads, the 64-row
+  //    epilogue, fp32 partials of 64 heads) weigh: 64 heads T = 1 / 4 13.3 / 20.2 vs 16.1 / 25.4,
+  //    topk 256 T = 64 26.1 vs 31.0, topk 64 T = 64 11.8 vs 23.5; 128 heads T = 2 20.2 vs 23.7.
   //  - H = 32 (2 tokens per CTA) from T = 256 in whole waves, unless the caller says tokens share
   //    no rows: random T = 256 / 1024 293 / 1127 vs 222 / 808, runs of 1-2048 / 300 rows T = 1024
   //    638 / 212 vs 509 / 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546; 16-row lists
@@ -194,8 +225,20 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
   const int tokens_per_group = detail::shared_rows_tokens_per_group(num_heads);
   bool shared_rows_pays = false;
-  if (tokens_per_group == 1)
-    shared_rows_pays = shared_rows_head_blocks > dev.sm_count && shared_rows_head_blocks * topk >= detail::kSharedRowsMinPairsWide;
+  int64_t shared_rows_splits = 1;
+  if (tokens_per_group == 1) {
+    const int64_t pairs = shared_rows_head_blocks * topk;
+    shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
+                       (pairs >= detail::kSharedRowsMinPairsWide / 2 && topk >= detail::kSharedRowsLongList) ||
+                       shared_rows_head_blocks > 2 * static_cast<int64_t>(dev.sm_count);
+    // Fewer groups than SMs: split each group's union tiles so that one wave fills the chip (one
+    // CTA per SM), no split left empty by a full list.
+    const int64_t tiles = ceil_div(topk, detail::kSharedRowsTileEntries);
+    if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
+      shared_rows_splits = std::max<int64_t>(1, std::min<int64_t>(dev.sm_count / shared_rows_ctas, tiles));
+      shared_rows_splits = ceil_div(tiles, ceil_div(tiles, shared_rows_splits));
+    }
+  }
   else if (tokens_per_group == 2)
     shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
   else
@@ -207,15 +250,28 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (planner_picks_shared_rows) choice_kernel = PlanChoice::Kernel::shared_rows;
   if (choice_kernel == PlanChoice::Kernel::shared_rows) {
     if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
-    if (choice.block_keys != 0 || choice.splits != 0) fail("kernel", "shared_rows takes no block_keys or splits");
+    if (choice.block_keys != 0) fail("kernel", "shared_rows takes no block_keys");
+    if (choice.splits < 0 || choice.splits > SparseMlaPlan::kMaxSplits)
+      fail("splits", "must be in [1, " + std::to_string(SparseMlaPlan::kMaxSplits) + "], got " + std::to_string(choice.splits));
     if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
     plan.kernel = SparseMlaKernel::shared_rows;
     plan.block_keys = detail::kSharedRowsTileEntries;
-    plan.splits = 1;
-    plan.chunk = topk;
-    plan.ctas = launch_ctas(shared_rows_ctas);
-    plan.launches = num_tokens > 0 ? 3 : 0;  // the union pass, the order pass, the main kernel
-    plan.workspace_bytes = detail::shared_rows_workspace_bytes(shared_rows_head_blocks, topk);  // each group's union, sizes, order
+    plan.splits = choice.splits != 0 ? choice.splits : planner_picks_shared_rows ? static_cast<int>(shared_rows_splits) : 1;
+    // Union entries per split for a full list (whole tiles, shared_rows_split_tiles).
+    plan.chunk = static_cast<int>(std::min<int64_t>(
+        topk, detail::shared_rows_split_tiles(static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), plan.splits) *
+                  int64_t{detail::kSharedRowsTileEntries}));
+    plan.ctas = launch_ctas(shared_rows_ctas * plan.splits);
+    // Fused rows with splits and one token per group: a list of at most one split's entries is
+    // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
+    const bool fusable = plan.splits > 1 && tokens_per_group == 1;
+    check_fused_rows_choice(choice, fusable);
+    plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
+    // One token per group in one wave: each CTA compacts its token's list (no union pass, and no
+    // order pass, which only matters across waves).
+    plan.union_pass = !(tokens_per_group == 1 && plan.ctas <= dev.sm_count);
+    plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0);
+    plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass);
     return plan;
   }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
@@ -256,12 +312,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // partials and no merge: T=1 with 2 valid rows 9.0 -> 5.6 us, T=16 with 100 each 19.8 -> 14.0,
   // full lists unchanged (docs/perf.md runs 83-84).
   const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
-  if (choice.fused_rows < -1 || choice.fused_rows > SparseMlaPlan::kMaxChunk)
-    fail("fused_rows", "must be -1, 0 or in [1, " + std::to_string(SparseMlaPlan::kMaxChunk) + "], got " +
-                           std::to_string(choice.fused_rows));
-  if (choice.fused_rows > 0 && !fusable)
-    fail("fused_rows", "needs splits > 1, topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " and a chunk of whole " +
-                           std::to_string(detail::kFusedChunkAlign) + "-position groups");
+  check_fused_rows_choice(choice, fusable);
   plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
   if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows, topk, plan.chunk)) >
       dev.max_smem_per_block)
@@ -307,10 +358,21 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     const std::string cache_limit = shared_rows_cache_limit(problem);
     if (!cache_limit.empty()) fail("plan", cache_limit);
     if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
+    if (plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits) fail("plan", "inconsistent splits");
+    if (!plan.union_pass && detail::shared_rows_tokens_per_group(plan.num_heads) != 1)
+      fail("plan", "shared_rows without a union pass needs 64 or 128 heads");
     if (problem.num_tokens == 0) return;
-    require_workspace(workspace, workspace_bytes, detail::shared_rows_workspace_bytes(detail::shared_rows_head_blocks(problem.num_tokens, problem.num_heads), problem.topk));
+    const int T = problem.num_tokens, H = problem.num_heads;
+    require_workspace(workspace, workspace_bytes, shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass));
     detail::SparseMlaParams k = make_params(problem);
-    k.shared_rows_union = static_cast<uint8_t*>(workspace);
+    k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
+    k.shared_rows_union_pass = plan.union_pass;
+    k.splits = plan.splits;
+    if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk ||
+        (plan.fused_rows > 0 && (plan.splits < 2 || detail::shared_rows_tokens_per_group(plan.num_heads) != 1)))
+      fail("plan", "inconsistent fused_rows");
+    k.fused_rows = plan.fused_rows;
+    set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
     launch_sparse_mla_shared_rows(k, stream);
     return;
@@ -329,10 +391,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   k.splits = plan.splits;
   k.chunk = plan.chunk;
   k.fused_rows = plan.fused_rows;
-  if (plan.splits > 1) {
-    k.partial_out = static_cast<float*>(workspace);
-    k.partial_lse = k.partial_out + static_cast<size_t>(problem.num_tokens) * problem.num_heads * plan.splits * kCkvDim;
-  }
+  set_partials(k, workspace, 0);
   k.timeline = timeline;
   launch_sparse_mla_splitk(k, stream, stage);
 }

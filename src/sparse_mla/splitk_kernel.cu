@@ -653,7 +653,10 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
         default: launch_splitk<64>(p, stream); break;
       }
   }
-  if (p.splits == 1) return;
+  if (p.splits > 1) launch_sparse_mla_combine(p, stream);
+}
+
+void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
   const bool few = p.splits <= kFewSplits;
   const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;

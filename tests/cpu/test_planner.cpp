@@ -25,25 +25,32 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_LT(int64_t(p.chunk) * (p.splits - 1), topk);   // no empty split
         EXPECT_LE(p.splits, SparseMlaPlan::kMaxSplits);
         if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
-        // Split-K: a CTA per (token, 16 heads, split); shared rows: a CTA per 4 such head blocks.
+        // Split-K: a CTA per (token, 16 heads, split); shared rows: a CTA per 4 such head blocks
+        // and split, split only at 64 and 128 heads with fewer groups than SMs.
+        const bool shared_rows = p.kernel == SparseMlaKernel::shared_rows;
         const int64_t head_blocks = int64_t(T) * (H / 16);
         const int64_t groups = (head_blocks + 3) / 4;
-        EXPECT_EQ(int64_t(p.ctas), p.kernel == SparseMlaKernel::shared_rows ? groups : head_blocks * p.splits);
-        if (p.kernel == SparseMlaKernel::shared_rows) {
+        EXPECT_EQ(int64_t(p.ctas), (shared_rows ? groups : head_blocks) * p.splits);
+        if (shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
-          EXPECT_EQ(p.splits, 1);
+          if (p.splits > 1) EXPECT_TRUE(H >= 64 && groups * p.splits <= 132);
+          if (p.chunk < topk) EXPECT_EQ(p.chunk % 32, 0) << "whole union tiles per split";
+          EXPECT_EQ(p.union_pass, !(H >= 64 && p.ctas <= 132));  // one wave at 64+ heads: CTAs compact their lists
         }
-        // Split-K: fp32 partials per split; shared rows: a union record per group (48 KB at topk
-        // 2048), then two ints per group (the unions' sizes, the order), each array rounded up to
-        // 16 bytes.
+        // Split-K: fp32 partials per split; shared rows: with a union pass a union record per
+        // group (48 KB at topk 2048), then two ints per group (the unions' sizes, the order), each
+        // array rounded up to 16 bytes; then the partials of its splits.
         const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
-        const size_t ws = p.kernel == SparseMlaKernel::shared_rows ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16)
-                          : p.splits > 1                           ? size_t(T) * H * p.splits * (512 + 1) * 4
-                                                                   : 0;
-        EXPECT_EQ(p.workspace_bytes, ws);
-        EXPECT_EQ(p.launches, T == 0 ? 0 : p.kernel == SparseMlaKernel::shared_rows ? 3 : p.splits > 1 ? 2 : 1);
-        // Fused rows exactly where the kernel can count a whole list and find split starts.
-        const bool fusable = p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
+        const size_t partials = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
+        const size_t unions = shared_rows && p.union_pass ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16) : 0;
+        EXPECT_EQ(p.workspace_bytes, unions + partials);
+        const int launches = shared_rows ? (p.union_pass ? 1 : 0) + (p.union_pass && p.splits == 1 ? 1 : 0) + 1 + (p.splits > 1 ? 1 : 0)
+                                         : (p.splits > 1 ? 2 : 1);
+        EXPECT_EQ(p.launches, T == 0 ? 0 : launches);
+        // Fused rows exactly where the kernel can count a whole list and find split starts
+        // (shared rows: where a group is one token's list).
+        const bool fusable = shared_rows ? p.splits > 1 && H >= 64
+                                         : p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
         EXPECT_EQ(p.fused_rows, fusable ? p.chunk : 0);
       }
 }
@@ -150,25 +157,58 @@ TEST(Planner, SharedRowsFor32HeadsFromT256InWholeWaves) {
 }
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
-// per 64 heads and masks nothing: whatever the hint, from more head blocks than SMs (split-K's
-// one split per head block) and 2^17 (head block, position) pairs, with no wave rule (a partial
-// wave costs one CTA's time, split-K at these head counts ~2.4x).
-TEST(Planner, SharedRowsFor64And128HeadsFromMoreHeadBlocksThanSms) {
+// per 64 heads and masks nothing: whatever the hint, from 2^17 (head block, position) pairs,
+// 2^16 with lists of >= 1024 positions, or more head blocks than split-K's two CTAs per SM.
+TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
     const auto kernel = [&](int T, int H, int topk) { return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel; };
-    for (int T : {34, 64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {1, 8, 33}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;  // 33: 132 head blocks
-    for (int T : {1, 8, 16}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::split_k) << T;
-    // Pairs: T = 64 at topk 512 is 2^17 (shared rows), at topk 256 half that (split-K); T = 1024 at 256 is plenty.
+    for (int T : {8, 16, 33, 34, 64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {4, 8, 17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {1, 4, 7}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
+    for (int T : {1, 2, 3}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::split_k) << T;
+    // Pairs: T = 64 at topk 512 is 2^17 (shared rows), at topk 256 half that with short lists
+    // (split-K); at topk 1024 T = 16 is 2^16 with a long list; T = 1024 at 256 is plenty.
     EXPECT_EQ(kernel(64, 64, 512), SparseMlaKernel::shared_rows);
     EXPECT_EQ(kernel(64, 64, 511), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(64, 64, 256), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(16, 64, 1024), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(16, 64, 1023), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(1024, 64, 256), SparseMlaKernel::shared_rows);
+    // More head blocks than 2 x 132: split-K would need a second wave.
+    EXPECT_EQ(kernel(64, 128, 64), SparseMlaKernel::shared_rows);  // 512 head blocks, 2^15 pairs
+    EXPECT_EQ(kernel(66, 64, 64), SparseMlaKernel::split_k);       // 264
+    EXPECT_EQ(kernel(67, 64, 64), SparseMlaKernel::shared_rows);   // 268
     EXPECT_EQ(kernel(4096, 64, 2049), SparseMlaKernel::split_k);  // topk > 2048
   }
-  EXPECT_EQ(plan_sparse_mla(64, 64, 2048, kH100).ctas, 64);
-  EXPECT_EQ(plan_sparse_mla(64, 128, 2048, kH100).ctas, 128);
+}
+
+// Fewer groups than SMs split each group's union tiles so that one wave fills the chip, with no
+// split empty for a full list; one wave of CTAs compacts its own lists (no union or order pass).
+TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
+  const SparseMlaPlan t16 = plan_sparse_mla(16, 64, 2048, kH100);  // 16 groups x 8 splits of 8 tiles
+  EXPECT_EQ(t16.kernel, SparseMlaKernel::shared_rows);
+  EXPECT_EQ(t16.splits, 8);
+  EXPECT_EQ(t16.chunk, 256);
+  EXPECT_EQ(t16.ctas, 128);
+  EXPECT_FALSE(t16.union_pass);
+  EXPECT_EQ(t16.launches, 2);  // main, combine
+  EXPECT_EQ(t16.workspace_bytes, size_t(16) * 64 * 8 * 513 * 4);
+  EXPECT_EQ(t16.fused_rows, 256);  // a list of <= 256 valid rows: split 0 alone, no merge
+  const SparseMlaPlan t3 = plan_sparse_mla(3, 128, 2048, kH100, PlanChoice{}, IndexSharing::none);
+  EXPECT_EQ(t3.kernel, SparseMlaKernel::split_k);
+  const SparseMlaPlan t5 = plan_sparse_mla(5, 128, 2048, kH100);  // 10 groups: 13 splits -> 5 tiles each -> 13
+  EXPECT_EQ(t5.splits, 13);
+  EXPECT_EQ(t5.chunk, 160);
+  const SparseMlaPlan t12 = plan_sparse_mla(12, 128, 2048, kH100);  // 24 groups: 5 splits -> 13 tiles -> 5
+  EXPECT_EQ(t12.splits, 5);
+  const SparseMlaPlan t50 = plan_sparse_mla(50, 128, 2048, kH100);  // 100 groups: one split, one wave
+  EXPECT_EQ(t50.splits, 1);
+  EXPECT_FALSE(t50.union_pass);
+  EXPECT_EQ(t50.launches, 1);
+  EXPECT_EQ(t50.workspace_bytes, 0u);
+  const SparseMlaPlan t100 = plan_sparse_mla(100, 128, 2048, kH100);  // 200 groups: two waves, ordered
+  EXPECT_TRUE(t100.union_pass);
+  EXPECT_EQ(t100.launches, 3);
 }
 
 TEST(Planner, SharedRowsWhenForced) {
@@ -184,7 +224,23 @@ TEST(Planner, SharedRowsWhenForced) {
   EXPECT_THROW(plan_sparse_mla(5, 16, 2049, kH100, forced), Error);
   // 2^31 - 1 tokens x 8 head blocks / 4 per CTA: more CTAs than one launch takes.
   EXPECT_THROW(plan_sparse_mla(std::numeric_limits<int>::max(), 128, 2048, kH100, forced), Error);
-  forced.splits = 2;
+  forced.splits = 7;  // forced splits at any head count, with a union pass below 64 heads
+  const SparseMlaPlan split = plan_sparse_mla(5, 16, 2048, kH100, forced);
+  EXPECT_EQ(split.ctas, 2 * 7);
+  EXPECT_EQ(split.chunk, 320);  // ceil(64 tiles / 7) = 10 tiles
+  EXPECT_TRUE(split.union_pass);
+  EXPECT_EQ(split.launches, 3);  // union pass, main, combine
+  EXPECT_EQ(split.fused_rows, 0);  // 4 tokens' lists per group: no fused rows
+  forced.fused_rows = 100;
+  EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);
+  EXPECT_EQ(plan_sparse_mla(5, 64, 2048, kH100, forced).fused_rows, 100);
+  forced.fused_rows = 0;
+  forced.splits = -1;
+  EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);
+  forced.splits = SparseMlaPlan::kMaxSplits + 1;
+  EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);
+  forced.splits = 0;
+  forced.block_keys = 32;
   EXPECT_THROW(plan_sparse_mla(5, 16, 2048, kH100, forced), Error);
   forced = PlanChoice{};
   forced.kernel = PlanChoice::Kernel::split_k;

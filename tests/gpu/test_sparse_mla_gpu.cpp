@@ -357,22 +357,76 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
   }
 }
 
-// At 64 and 128 heads the planner takes shared rows from more head blocks than SMs whatever the
-// hint, a CTA per token's 64 heads (its union pass copies the list, no sort): random rows with
-// -1 in the middle, a row listed twice (weight 2) and T = 33 at 128 heads (66 CTAs, 2 per token).
+// At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
+// heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
+// 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 two
+// waves with the union and order passes. Random rows with -1 in the middle, a row listed twice
+// (weight 2), runs of 1-600 rows.
 TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{64, 64, IndexPattern::padding_middle}, std::tuple{33, 128, IndexPattern::duplicates},
-                               std::tuple{70, 64, IndexPattern::runs}}) {
+                               std::tuple{70, 64, IndexPattern::runs}, std::tuple{140, 64, IndexPattern::runs}}) {
     const HostProblem hp = make_problem(T, H, 600, 64, 200, pattern, 640 + T);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
-      if (dev.sm_count == 132) EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;  // H100, H200
-      if (plan.kernel == SparseMlaKernel::shared_rows) EXPECT_EQ(plan.ctas, T * H / 64);
+      if (dev.sm_count == 132) {  // H100, H200
+        EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
+        EXPECT_EQ(plan.splits, T == 70 || T == 140 ? 1 : 2) << T << " " << H;
+        EXPECT_EQ(plan.union_pass, T == 140) << T << " " << H;
+      }
+      if (plan.kernel == SparseMlaKernel::shared_rows) EXPECT_EQ(plan.ctas, T * H / 64 * plan.splits);
       const Agreement a = run_and_compare(hp, &plan);
       EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << ": " << a.summary();
     }
   }
+}
+
+// Small decode calls at 64 and 128 heads: a few tokens' full lists, each group's union tiles
+// split over the chip (8-32 splits), merged by the combine; -1 in the middle, a row listed
+// twice, runs, and every list all padding (every split empty: out 0, lse -inf).
+TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (auto [T, H, pattern] : {std::tuple{8, 64, IndexPattern::padding_middle}, std::tuple{5, 128, IndexPattern::duplicates},
+                               std::tuple{16, 64, IndexPattern::runs}, std::tuple{4, 128, IndexPattern::all_padding}}) {
+    const HostProblem hp = make_problem(T, H, 2048, 64, 200, pattern, 660 + T);
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev);
+    if (dev.sm_count == 132) {  // H100, H200
+      EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
+      EXPECT_GT(plan.splits, 1) << T << " " << H;
+      EXPECT_FALSE(plan.union_pass) << T << " " << H;
+    }
+    const Agreement a = run_and_compare(hp, &plan);
+    EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << ": " << a.summary();
+  }
+}
+
+// Shared rows with splits (the planner's for few groups): each group's union tiles dealt in equal
+// runs, fp32 partials, the split-K combine. Every head count (at 16 and 32 a row's token may list
+// none of a split's entries: lse -inf there), lists with padding anywhere, a row listed twice
+// (the counting path, whose keys a split reads from before its first entry), all padding (every
+// split empty), one valid row, and more splits than tiles (empty splits).
+TEST_F(Gpu, SharedRowsSplitsAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  const IndexPattern patterns[] = {IndexPattern::random, IndexPattern::padding_middle, IndexPattern::duplicates,
+                                   IndexPattern::all_padding, IndexPattern::single_valid, IndexPattern::runs};
+  int i = 0;
+  for (int H : {16, 32, 64, 128})
+    for (IndexPattern pattern : patterns) {
+      const int T = 1 + i % 4, topk = i % 3 == 0 ? 63 : 2048;
+      const HostProblem hp = make_problem(T, H, topk, 64, 200, pattern, 700 + i);
+      for (int splits : {2, 7, 64 + i % 5}) {
+        PlanChoice c;
+        c.kernel = PlanChoice::Kernel::shared_rows;
+        c.splits = splits;
+        const SparseMlaPlan plan = plan_sparse_mla(T, H, topk, dev, c);
+        ASSERT_EQ(plan.splits, splits);
+        ASSERT_EQ(plan.ctas, (T * H / 16 + 3) / 4 * splits);
+        const Agreement a = run_and_compare(hp, &plan);
+        EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << " topk " << topk << " " << workload::to_string(pattern) << " splits "
+                            << splits << ": " << a.summary();
+      }
+      ++i;
+    }
 }
 
 // The main kernel's CTAs take the groups largest union first, in the order pass's order. A
@@ -437,8 +491,10 @@ HostProblem problem_with_valid_counts(int T, int H, const std::vector<int>& coun
 TEST_F(Gpu, FusedRowsAgreeWithTheReferenceAndWithMergedSplits) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   const std::vector<int> counts = {0, 1, 2, 31, 32, 33, 63, 64, 65, 100, 511, 512, 513, 700, 2048};
-  for (int T : {1, 8, 64})
-    for (int H : {16, 128}) {
+  // Split-K at 16 heads and at T = 1; shared rows with splits at 64 and 128 heads from T = 8
+  // (chunks of 256 / 512 / 1024 entries: the counts straddle them).
+  for (int T : {1, 8, 16, 64})
+    for (int H : {16, 64, 128}) {
       if (T == 64 && H == 128) continue;  // one split: no fused rows
       for (size_t first = 0; first < (T == 1 ? counts.size() : 1); ++first) {
         std::vector<int> c(counts.begin() + first, counts.end());

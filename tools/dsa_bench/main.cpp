@@ -285,7 +285,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.ok = res.vs_gpu_ref.ok() && (!res.cpu_checked || res.vs_cpu_ref.ok());
 
   // Time the kernel, then the gather floor (best block split) with the same timer.
-  // Split-K: main + combine when splits > 1; shared rows: union pass, order pass, main.
+  // Split-K: main + combine when splits > 1; shared rows: union pass, order pass, main (with
+  // splits: union pass, main, combine).
   const int kernels = res.plan.launches;
   // --warm-code: the same plan on a one-page cache with its own q, indices, out and workspace,
   // launched after each flush: the timed call then finds its kernels' instructions cached but
@@ -397,7 +398,9 @@ void print_table(const std::vector<Result>& results, FILE* f) {
                "target");
   for (const Result& r : results) {
     char plan[32], range[48];
-    if (r.plan.kernel == SparseMlaKernel::shared_rows)
+    if (r.plan.kernel == SparseMlaKernel::shared_rows && r.plan.splits > 1)
+      std::snprintf(plan, sizeof plan, "%s/%d", kernel_name(r.plan), r.plan.splits);
+    else if (r.plan.kernel == SparseMlaKernel::shared_rows)
       std::snprintf(plan, sizeof plan, "%s", kernel_name(r.plan));
     else
       std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
@@ -647,11 +650,13 @@ int run_inspect(const Options& o, int tokens_shown) {
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev, {}, index_sharing(o));
     if (plan.kernel == SparseMlaKernel::shared_rows) {
-      std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, an order pass, then %d CTAs of %d tokens x "
-                  "%d heads, %d-entry union tiles, workspace %zu bytes\n",
-                  dev_name.c_str(), o.sharing.c_str(), plan.ctas, detail::shared_rows_tokens_per_group(c.num_heads),
-                  detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads), plan.block_keys,
-                  plan.workspace_bytes);
+      std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, %s then %d CTAs of %d tokens x "
+                  "%d heads%s, %d-entry union tiles, workspace %zu bytes%s\n",
+                  dev_name.c_str(), o.sharing.c_str(), plan.splits > 1 ? "" : "an order pass,", plan.ctas,
+                  detail::shared_rows_tokens_per_group(c.num_heads),
+                  detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads),
+                  plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
+                  plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
       continue;
     }
     std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
