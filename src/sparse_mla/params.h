@@ -137,6 +137,11 @@ inline size_t shared_rows_workspace_bytes(int64_t head_blocks, int topk) {
 __host__ __device__ inline int shared_rows_split_tiles(int union_tiles, int splits) {
   return (union_tiles + splits - 1) / splits;
 }
+// Whether a shared-rows plan can run fused rows: splits, and groups of one token's list (the
+// combine's per-token count must be the group's entry count).
+inline bool shared_rows_fused_rows_fit(int splits, int num_heads) {
+  return splits > 1 && shared_rows_tokens_per_group(num_heads) == 1;
+}
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 

@@ -132,8 +132,9 @@
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
 // share none (IndexSharing, sparse_mla.cpp); for 32 heads from T = 256 unless they share none;
 // for 64 and 128 from 2^17 (head block, position) pairs (2^16 with lists >= 1024, or more head
-// blocks than split-K's two CTAs per SM), whatever the hint. At 16 heads, tokens that share no rows (decode batches) pay the union pass and 4x
-// masked MMA work: it wins on full random lists and on runs of 1-2048 rows,
+// blocks than split-K's two CTAs per SM), whatever the hint. At 16 heads, tokens that share no
+// rows (decode batches) pay the union pass and 4x masked MMA work: it wins on full random lists
+// and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
 // fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
 #include <climits>
@@ -220,6 +221,10 @@ static_assert(kTileEntries == 32, "P's swizzle assumes 4 chunks of 16 bytes per 
 __device__ __forceinline__ uint32_t p_offset(int r, int c) {
   return r * (kTileEntries * 2) + (((c / 8) ^ ((r / 2) % 4)) * 16) + (c % 8) * 2;
 }
+
+// The entry word of a row every head block of the group lists (one token per group, H >= 64):
+// the union pass's one-token path and the main kernel's own compaction write the same.
+__device__ __forceinline__ uint32_t every_block_word(uint32_t row) { return (row << kRowShift) | kLowBits; }
 
 // Head block -> token: a right shift by log2(H / 16), head blocks being numbered token-major.
 __device__ __forceinline__ int head_block_shift(int num_heads) { return 31 - __clz(num_heads / kHeadGroup); }
@@ -428,7 +433,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 #pragma unroll
     for (int j = 0; j < kUnionKeysPerThread; ++j) head[j] = keys[j] < invalid_key;
     const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
-      g_words[rank] = ((row_lo + (keys[j] >> kKeyShift)) << kRowShift) | kLowBits;
+      g_words[rank] = every_block_word(row_lo + (keys[j] >> kKeyShift));
     });
     finish_record(num_entries, true);
     return;
@@ -665,7 +670,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     for (int j = 0; j < kItems; ++j) valid[j] = names_a_row(row[j], p.num_rows);
     int* counts = reinterpret_cast<int*>(s_p);  // free until the loop's first P
     num_entries = block_compact<kItems, kThreads>(valid, counts, [&](int rank, int j) {
-      s_words[rank] = (static_cast<uint32_t>(row[j]) << kRowShift) | kLowBits;
+      s_words[rank] = every_block_word(static_cast<uint32_t>(row[j]));
     });
     const int padded = (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries;
     if (num_entries + tid < padded) s_words[num_entries + tid] = 0;  // the last tile's missing entries: no row

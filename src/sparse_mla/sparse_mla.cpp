@@ -167,6 +167,12 @@ static void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
                            std::to_string(detail::kFusedChunkAlign) + "-position groups (split_k), or 64+ heads (shared_rows)");
 }
 
+// A plan's fused_rows, checked by the forward: in range, and only where its kernel can fuse.
+static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
+  if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk || (plan.fused_rows > 0 && !fusable))
+    fail("plan", "inconsistent fused_rows");
+}
+
 // A plan's CTA count, which one launch (an int grid) must hold.
 static int launch_ctas(int64_t ctas) {
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
@@ -226,6 +232,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const int tokens_per_group = detail::shared_rows_tokens_per_group(num_heads);
   bool shared_rows_pays = false;
   int64_t shared_rows_splits = 1;
+  const int shared_rows_tiles = static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries));  // of a full list
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
@@ -233,10 +240,9 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                        shared_rows_head_blocks > 2 * static_cast<int64_t>(dev.sm_count);
     // Fewer groups than SMs: split each group's union tiles so that one wave fills the chip (one
     // CTA per SM), no split left empty by a full list.
-    const int64_t tiles = ceil_div(topk, detail::kSharedRowsTileEntries);
     if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
-      shared_rows_splits = std::max<int64_t>(1, std::min<int64_t>(dev.sm_count / shared_rows_ctas, tiles));
-      shared_rows_splits = ceil_div(tiles, ceil_div(tiles, shared_rows_splits));
+      shared_rows_splits = std::max<int64_t>(1, std::min<int64_t>(dev.sm_count / shared_rows_ctas, shared_rows_tiles));
+      shared_rows_splits = ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, shared_rows_splits));
     }
   }
   else if (tokens_per_group == 2)
@@ -259,12 +265,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.splits = choice.splits != 0 ? choice.splits : planner_picks_shared_rows ? static_cast<int>(shared_rows_splits) : 1;
     // Union entries per split for a full list (whole tiles, shared_rows_split_tiles).
     plan.chunk = static_cast<int>(std::min<int64_t>(
-        topk, detail::shared_rows_split_tiles(static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), plan.splits) *
-                  int64_t{detail::kSharedRowsTileEntries}));
+        topk, detail::shared_rows_split_tiles(shared_rows_tiles, plan.splits) * int64_t{detail::kSharedRowsTileEntries}));
     plan.ctas = launch_ctas(shared_rows_ctas * plan.splits);
     // Fused rows with splits and one token per group: a list of at most one split's entries is
     // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
-    const bool fusable = plan.splits > 1 && tokens_per_group == 1;
+    const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, num_heads);
     check_fused_rows_choice(choice, fusable);
     plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
     // One token per group in one wave: each CTA compacts its token's list (no union pass, and no
@@ -368,9 +373,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
     k.shared_rows_union_pass = plan.union_pass;
     k.splits = plan.splits;
-    if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk ||
-        (plan.fused_rows > 0 && (plan.splits < 2 || detail::shared_rows_tokens_per_group(plan.num_heads) != 1)))
-      fail("plan", "inconsistent fused_rows");
+    check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, plan.num_heads));
     k.fused_rows = plan.fused_rows;
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
@@ -381,9 +384,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
       plan.chunk > SparseMlaPlan::kMaxChunk || static_cast<int64_t>(plan.chunk) * plan.splits < plan.topk ||
       static_cast<int64_t>(plan.chunk) * (plan.splits - 1) >= plan.topk)
     fail("plan", "inconsistent (block_keys, splits, chunk)");
-  if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk ||
-      (plan.fused_rows > 0 && !detail::fused_rows_fit(plan.splits, plan.topk, plan.chunk)))
-    fail("plan", "inconsistent fused_rows");
+  check_plan_fused_rows(plan, detail::fused_rows_fit(plan.splits, plan.topk, plan.chunk));
   if (problem.num_tokens == 0) return;
   require_workspace(workspace, workspace_bytes, workspace_for(problem.num_tokens, problem.num_heads, plan.splits));
   detail::SparseMlaParams k = make_params(problem);

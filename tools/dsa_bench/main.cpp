@@ -650,9 +650,11 @@ int run_inspect(const Options& o, int tokens_shown) {
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev, {}, index_sharing(o));
     if (plan.kernel == SparseMlaKernel::shared_rows) {
-      std::printf("planner (%s, index_sharing %s): shared-rows kernel, a union pass, %s then %d CTAs of %d tokens x "
+      // The passes before the main kernel: see SparseMlaPlan::union_pass.
+      const char* passes = !plan.union_pass ? "" : plan.splits > 1 ? "a union pass, then " : "a union pass, an order pass, then ";
+      std::printf("planner (%s, index_sharing %s): shared-rows kernel, %s%d CTAs of %d tokens x "
                   "%d heads%s, %d-entry union tiles, workspace %zu bytes%s\n",
-                  dev_name.c_str(), o.sharing.c_str(), plan.splits > 1 ? "" : "an order pass,", plan.ctas,
+                  dev_name.c_str(), o.sharing.c_str(), passes, plan.ctas,
                   detail::shared_rows_tokens_per_group(c.num_heads),
                   detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads),
                   plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
