@@ -118,6 +118,15 @@ struct SparseMlaPlan {
   // with one split, an order pass ranks the groups). false at 64 and 128 heads when the CTAs fit
   // one wave: each CTA compacts its token's index list itself, one kernel and round trip fewer.
   bool union_pass = false;
+  // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
+  // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,
+  // shared_rows at 64 and 128 heads each token's list in the union pass (unions of several
+  // tokens are always in row order). The CTAs that run together then sweep the cache together,
+  // and a row several tokens list is read from DRAM once and from L2 by the others; costs a
+  // block sort (~1.5 us) per CTA. On when the call holds >= 2^17 (token, position) pairs (over
+  // 150 MB of rows, 3x the L2) and the hint is unknown; off for none (no row is shared) and
+  // consecutive (the rows are in L2 already).
+  bool row_order = false;
   // split_k: fp32 partials, 0 when splits == 1; shared_rows: with a union pass each group's row
   // union (48 KB per group at topk 2048), its size and the order the groups run in, then the
   // partials of its splits when splits > 1.
@@ -132,6 +141,7 @@ struct PlanChoice {
   int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
   enum class Kernel { planner, split_k, shared_rows } kernel = Kernel::planner;
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
+  int row_order = 0;   // -1: off; 1: on (split_k, or shared_rows at 64+ heads with a union pass)
 };
 
 // Pure function of shape, device and sharing hint: what tests call without a GPU. Throws

@@ -30,6 +30,8 @@ struct SparseMlaParams {
   float scale_log2;      // sm_scale * log2(e): logits in base 2
   // plan
   int block_keys, splits, chunk;
+  // SparseMlaPlan::row_order: bits > 0 sorts the rows by bits [shift, shift + bits) (row_order_key_bits).
+  int row_order_shift, row_order_bits;
   int fused_rows;        // > 0: every CTA reads the token's whole index list (SparseMlaPlan::fused_rows)
   float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
@@ -55,6 +57,22 @@ enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFu
 __host__ __device__ inline bool names_a_row(int32_t index, int num_rows) {
   return static_cast<unsigned>(index) < static_cast<unsigned>(num_rows);
 }
+
+// Row order (SparseMlaPlan::row_order): rows are sorted by their top kRowOrderBucketBits bits
+// within the cache's range [0, 2^L), L = ceil(log2(num_rows)), plus bit L, which only the
+// padding keys (2^L, sorted last) have: a stable radix sort over bits [shift, L].
+inline constexpr int kRowOrderBucketBits = 6;
+inline constexpr int64_t kRowOrderMinPairs = int64_t{1} << 17;  // the planner's line, (token, position) pairs
+struct RowOrderKeyBits {
+  int shift, bits;
+};
+inline RowOrderKeyBits row_order_key_bits(int64_t num_rows) {
+  int l = 0;
+  while ((int64_t{1} << l) < num_rows) ++l;
+  const int shift = l > kRowOrderBucketBits ? l - kRowOrderBucketBits : 0;
+  return {shift, l + 1 - shift};
+}
+__host__ __device__ inline uint32_t row_order_padding_key(int shift, int bits) { return 1u << (shift + bits - 1); }
 
 // Split starts must fall on these boundaries for fused rows: the compaction counts valid
 // indices per 32 positions (one warp's ballot), and a split finds its rows from those counts.

@@ -18,7 +18,9 @@
 //      the tokens that list it. A token that lists a row k times has k keys and weight k in its
 //      softmax: then the record holds the keys and each entry's first key, and the scores
 //      warpgroup counts keys per tile. At H >= 64 the union is the token's valid indices in
-//      position order (no sort; a row listed twice is two entries). A one-CTA order pass then
+//      position order (no sort; a row listed twice is two entries), or with the plan's
+//      row_order sorted by the row's top bits (64 heads T = 256 / 1024 random: 243 / 911 ->
+//      226 / 841 us, docs/perf.md run 142). A one-CTA order pass then
 //      lists the groups by union size, largest first. The main kernel waits for both (programmatic dependent launch), takes the
 //      group its rank names (a decode batch's groups differ up to 8x in work), loads Q and
 //      copies the group's record into shared memory.
@@ -342,6 +344,28 @@ __device__ __noinline__ int union_of_few_keys(int num_keys, typename KeySort<kIt
   return union_by_sort<kItems>(few, scratch, s_keys, s_counts, s_repeats, invalid_key, row_lo, g_words, g_entry);
 }
 
+// One token's valid rows (H >= 64), compacted into s_rows[0, num_rows), written as entry words
+// sorted by bits [shift, shift + bits) of the row (SparseMlaPlan::row_order; topk <= 2048 fits
+// kMediumSortItems per thread). Not inlined, as union_of_few_keys.
+__device__ __noinline__ void one_token_list_in_row_order(int num_rows, typename KeySort<kMediumSortItems>::TempStorage& scratch,
+                                                         uint32_t* s_rows, int shift, int bits, uint32_t* g_words) {
+  static_assert(kMediumSortItems * kUnionThreads >= SparseMlaPlan::kMaxChunk, "a token's list fits the sort");
+  __syncthreads();  // the compacted rows visible
+  uint32_t rows[kMediumSortItems];
+#pragma unroll
+  for (int k = 0; k < kMediumSortItems; ++k) {
+    const int i = threadIdx.x * kMediumSortItems + k;
+    rows[k] = i < num_rows ? s_rows[i] : row_order_padding_key(shift, bits);
+  }
+  __syncthreads();  // the sort's scratch overlays s_rows
+  KeySort<kMediumSortItems>(scratch).Sort(rows, shift, shift + bits);
+#pragma unroll
+  for (int k = 0; k < kMediumSortItems; ++k) {
+    const int i = threadIdx.x * kMediumSortItems + k;
+    if (i < num_rows) g_words[i] = every_block_word(rows[k]);
+  }
+}
+
 __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_shared_rows_union_kernel(const SparseMlaParams p) {
   __shared__ union {
     typename KeySort<kUnionKeysPerThread>::TempStorage sort;
@@ -427,14 +451,21 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 
   // H >= 64: the group's head blocks are one token's, so every entry is listed by all four: its
   // valid indices in position order are the union (a row listed twice is two entries, each of
-  // weight 1), with no sort. (The record's key count is the list's.)
+  // weight 1), with no sort, or sorted by the rows' top bits with the plan's row order. (The
+  // record's key count is the list's.)
   if (one_token) {
     bool head[kUnionKeysPerThread];
 #pragma unroll
     for (int j = 0; j < kUnionKeysPerThread; ++j) head[j] = keys[j] < invalid_key;
+    const bool in_row_order = p.row_order_bits > 0;  // uniform
     const int num_entries = block_compact<kUnionKeysPerThread, kUnionThreads>(head, s_counts, [&](int rank, int j) {
-      g_words[rank] = every_block_word(row_lo + (keys[j] >> kKeyShift));
+      const int row = row_lo + static_cast<int>(keys[j] >> kKeyShift);
+      if (in_row_order)
+        s.keys[rank] = static_cast<uint32_t>(row);
+      else
+        g_words[rank] = every_block_word(row);
     });
+    if (in_row_order) one_token_list_in_row_order(num_entries, s.medium_sort, s.keys, p.row_order_shift, p.row_order_bits, g_words);
     finish_record(num_entries, true);
     return;
   }

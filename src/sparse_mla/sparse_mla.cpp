@@ -173,6 +173,35 @@ static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
     fail("plan", "inconsistent fused_rows");
 }
 
+// A forced row_order: -1, 0 or 1, and on only where the plan reads lists in position order.
+static void check_row_order_choice(const PlanChoice& choice, bool orderable) {
+  if (choice.row_order < -1 || choice.row_order > 1)
+    fail("row_order", "must be -1, 0 or 1, got " + std::to_string(choice.row_order));
+  if (choice.row_order == 1 && !orderable)
+    fail("row_order", "needs split_k, or shared_rows at 64+ heads with a union pass (unions of several tokens are in row order)");
+}
+
+// The planner's row order where it can be on (SparseMlaPlan::row_order says why).
+static bool planner_row_order(int num_tokens, int topk, IndexSharing sharing) {
+  return sharing == IndexSharing::unknown && int64_t{num_tokens} * topk >= detail::kRowOrderMinPairs;
+}
+
+// `pays`: whether the planner's rule applies to this kernel and head count at all.
+static bool resolve_row_order(const PlanChoice& choice, bool orderable, bool pays, int num_tokens, int topk,
+                              IndexSharing sharing) {
+  check_row_order_choice(choice, orderable);
+  return orderable && (choice.row_order == 1 || (choice.row_order == 0 && pays && planner_row_order(num_tokens, topk, sharing)));
+}
+
+// The kernels' sort keys for a plan with row order.
+static void set_row_order(detail::SparseMlaParams& k, const SparseMlaPlan& plan) {
+  k.row_order_shift = k.row_order_bits = 0;
+  if (!plan.row_order) return;
+  const detail::RowOrderKeyBits b = detail::row_order_key_bits(k.num_rows);
+  k.row_order_shift = b.shift;
+  k.row_order_bits = b.bits;
+}
+
 // A plan's CTA count, which one launch (an int grid) must hold.
 static int launch_ctas(int64_t ctas) {
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
@@ -275,6 +304,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // One token per group in one wave: each CTA compacts its token's list (no union pass, and no
     // order pass, which only matters across waves).
     plan.union_pass = !(tokens_per_group == 1 && plan.ctas <= dev.sm_count);
+    // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
+    // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
+    // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 142).
+    plan.row_order = resolve_row_order(choice, tokens_per_group == 1 && plan.union_pass, num_heads == 64, num_tokens, topk, sharing);
     plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0);
     plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass);
     return plan;
@@ -322,6 +355,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows, topk, plan.chunk)) >
       dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
+  // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
+  // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
+  // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 141-142).
+  plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing);
   plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) : 0;
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
   return plan;
@@ -375,6 +412,9 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.splits = plan.splits;
     check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, plan.num_heads));
     k.fused_rows = plan.fused_rows;
+    if (plan.row_order && !(plan.union_pass && detail::shared_rows_tokens_per_group(plan.num_heads) == 1))
+      fail("plan", "inconsistent row_order");
+    set_row_order(k, plan);
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
     launch_sparse_mla_shared_rows(k, stream);
@@ -392,6 +432,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   k.splits = plan.splits;
   k.chunk = plan.chunk;
   k.fused_rows = plan.fused_rows;
+  set_row_order(k, plan);
   set_partials(k, workspace, 0);
   k.timeline = timeline;
   launch_sparse_mla_splitk(k, stream, stage);

@@ -4,7 +4,8 @@
 //   1. The chunk's raw indices are loaded first (they head the critical path: indices -> rows),
 //      then Q (16 heads x 576) is staged in shared memory by cp.async.
 //   2. The indices are compacted in shared memory (ballot + popc, in position order): -1,
-//      out-of-range values and padding anywhere cost nothing after this.
+//      out-of-range values and padding anywhere cost nothing after this. With the plan's row
+//      order the CTA's rows are then sorted by their top bits (below).
 //   3. Tiles of block_keys valid rows (ckv|kpe = 1152 B each) are gathered by 16-byte cp.async
 //      into padded shared rows, STAGES deep; Q moves into registers as mma A fragments, warp w
 //      keeping dims [144w, 144w+144) for the whole CTA.
@@ -33,6 +34,10 @@
 //                                                 (.L2::128B; prefill runs shared-rows since v5)
 //   v7            9.9    |  71.2 |    -   |   -    fused rows: T=1 with 2 valid rows 9.0 -> 5.6 us,
 //                                                 T=16 with 100 rows each 19.8 -> 14.0 (runs 83-84)
+//   v8           10.3    |  70.0 |  609.5 |   -    row order from 2^17 pairs: each CTA sorts its rows
+//                                                 by their top 6 bits (cub, 2 passes), co-resident CTAs
+//                                                 sweep the cache together and rows that several tokens
+//                                                 list meet in L2: T=256 218.0 -> 159.8 (runs 141-142)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -48,11 +53,14 @@
 // index positions before the compaction (T=1 unchanged, 2-valid +0.3 us: the first index load
 // alone takes ~2.2 us after entry and the rows another ~2.2, the compaction was never in the way).
 // Run 108: each unsplit CTA's list radix-sorted by row first, so that co-resident CTAs sweep
-// the cache together and shared rows meet in L2: T = 256 / 512 / 1024 random unchanged.
+// the cache together and shared rows meet in L2: T = 256 / 512 / 1024 random unchanged. Wrong:
+// the same lists sorted on the host ran 218 -> 156 and 827 -> 594 us (run 140), so that variant
+// cannot have run its sort; it is v8 below, verified by a test that the order changes results.
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include <cub/block/block_radix_sort.cuh>
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
@@ -81,6 +89,9 @@ constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
 static_assert(kFusedChunkAlign == 32, "block_compact counts valid items per warp ballot (32 positions)");
+
+// Row order (p.row_order_bits > 0; params.h): a CTA's valid rows sorted by their top bits.
+using RowSort = cub::BlockRadixSort<uint32_t, kThreads, kIdxPerThread>;
 
 // Tile geometry for one block_keys value; the one place sizes are derived.
 template <int BK, int STAGES>
@@ -202,7 +213,28 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       nvalid = (pos_end >= p.topk ? nlisted : s_offsets[pos_end / kFusedChunkAlign]) - row0;
     }
   }
-  const int* rows = s_rows + row0;
+  int* rows = s_rows + row0;
+  if (p.row_order_bits > 0 && nvalid > 1) {
+    // Rows in ascending order of the cache's top bits: the CTAs that run together then sweep
+    // the cache together, and rows several tokens list meet in L2 (T = 256 / 1024 random at 16
+    // heads: 218 / 825 -> 160 / 621 us, docs/perf.md run 142).
+    const uint32_t pad = row_order_padding_key(p.row_order_shift, p.row_order_bits);
+    uint32_t keys[kIdxPerThread];
+#pragma unroll
+    for (int k = 0; k < kIdxPerThread; ++k) {
+      const int i = threadIdx.x * kIdxPerThread + k;
+      keys[k] = i < nvalid ? static_cast<uint32_t>(rows[i]) : pad;
+    }
+    static_assert(sizeof(typename RowSort::TempStorage) <= STAGES * Shape::kTileBytes, "the sort's scratch fits the tiles");
+    RowSort(*reinterpret_cast<typename RowSort::TempStorage*>(s_tiles))
+        .Sort(keys, p.row_order_shift, p.row_order_shift + p.row_order_bits);
+#pragma unroll
+    for (int k = 0; k < kIdxPerThread; ++k) {
+      const int i = threadIdx.x * kIdxPerThread + k;
+      if (i < nvalid) rows[i] = static_cast<int>(keys[k]);
+    }
+    __syncthreads();  // the sorted rows visible; the tiles' scratch free again
+  }
   mark(2);
 
   // 4. Prologue: first STAGES-1 tiles in flight.

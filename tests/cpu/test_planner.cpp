@@ -52,7 +52,44 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         const bool fusable = shared_rows ? p.splits > 1 && H >= 64
                                          : p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
         EXPECT_EQ(p.fused_rows, fusable ? p.chunk : 0);
+        // Row order where the CTAs read lists in position order (split-K, one-token unions; at
+        // 128 heads shared rows gain nothing by it), from 2^17 (token, position) pairs with no hint.
+        const bool orderable = !shared_rows || (H == 64 && p.union_pass);
+        EXPECT_EQ(p.row_order, orderable && int64_t(T) * topk >= (int64_t(1) << 17));
       }
+}
+
+TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
+  EXPECT_FALSE(plan_sparse_mla(32, 16, 2048, kH100).row_order);  // 2^16 pairs: the sort's ~1.5 us is not repaid
+  EXPECT_TRUE(plan_sparse_mla(64, 16, 2048, kH100).row_order);
+  EXPECT_TRUE(plan_sparse_mla(1024, 16, 2048, kH100).row_order);
+  EXPECT_TRUE(plan_sparse_mla(512, 16, 256, kH100).row_order);
+  EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, {}, IndexSharing::none).row_order);         // nothing to share
+  EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, {}, IndexSharing::consecutive).row_order);  // shared rows' unions
+  EXPECT_FALSE(plan_sparse_mla(256, 16, 2048, kH100, {}, IndexSharing::consecutive).row_order);   // split-K, rows in L2
+  // Shared rows: at 64 and 128 heads with a union pass (each token's list sorted there), never
+  // at 16 or 32 heads (unions of several tokens are in row order) or without a union pass.
+  EXPECT_TRUE(plan_sparse_mla(1024, 64, 2048, kH100).row_order);
+  EXPECT_FALSE(plan_sparse_mla(1024, 128, 2048, kH100).row_order);  // MMA-bound: nothing to gain
+  EXPECT_FALSE(plan_sparse_mla(64, 64, 2048, kH100).row_order);   // one wave: CTAs compact their lists
+  EXPECT_FALSE(plan_sparse_mla(1024, 32, 2048, kH100).row_order);
+  PlanChoice on, off;
+  on.row_order = 1;
+  off.row_order = -1;
+  EXPECT_TRUE(plan_sparse_mla(1, 16, 2048, kH100, on).row_order);
+  EXPECT_TRUE(plan_sparse_mla(8, 16, 2048, kH100, on, IndexSharing::none).row_order);
+  EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, off).row_order);
+  EXPECT_FALSE(plan_sparse_mla(1024, 64, 2048, kH100, off).row_order);
+  EXPECT_THROW(plan_sparse_mla(64, 64, 2048, kH100, on), Error);    // no union pass
+  EXPECT_THROW(plan_sparse_mla(1024, 32, 2048, kH100, on), Error);  // unions of 2 tokens
+  on.kernel = PlanChoice::Kernel::shared_rows;
+  EXPECT_THROW(plan_sparse_mla(4096, 16, 2048, kH100, on), Error);
+  EXPECT_TRUE(plan_sparse_mla(4096, 128, 2048, kH100, on).row_order);
+  PlanChoice bad;
+  bad.row_order = 2;
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, bad), Error);
+  bad.row_order = -2;
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, bad), Error);
 }
 
 TEST(Planner, FusedRowsCoverOneChunkAndCanBeForcedOrTurnedOff) {

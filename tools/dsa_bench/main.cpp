@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -45,6 +47,7 @@ struct Options : TimingOptions {
   std::vector<int> valid;
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0, fused_rows = 0;
+  std::string row_order = "auto";
   std::string kernel = "auto";  // auto (planner), split-k, shared-rows
   std::string sharing = "unknown";  // the planner's IndexSharing hint: unknown, consecutive, none
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
@@ -105,6 +108,10 @@ struct Result {
   bool cpu_checked = false, ok = false;
   Timing kernel, gather;
   int gather_splits = 0;
+  // The same floor over each token's list in row order (sorted by the row's top bits, as the
+  // kernels' row order does): what a kernel that reorders its reads could reach. Where tokens
+  // share rows (the random pattern), it is well below the index-order floor.
+  Timing gather_row_order;
   std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
   std::string timeline;  // --timeline: per-phase medians over CTAs
 };
@@ -154,6 +161,7 @@ PlanChoice plan_choice(const Options& o) {
   if (o.kernel == "split-k") c.kernel = PlanChoice::Kernel::split_k;
   if (o.kernel == "shared-rows") c.kernel = PlanChoice::Kernel::shared_rows;
   c.fused_rows = o.fused_rows;
+  c.row_order = o.row_order == "on" ? 1 : o.row_order == "off" ? -1 : 0;
   return c;
 }
 
@@ -358,21 +366,35 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
       res.stage_us.emplace_back(kStageNames[st], t.median_us);
     }
   }
-  const auto* idx_ptr = static_cast<const int32_t*>(d_idx.get());
-  for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
-    if (int64_t(T) * splits > 400000 || splits > topk) continue;
-    if (int64_t(T) * splits < sm_count / 2 && splits != 64 && splits * 2 <= topk) continue;  // too few blocks
-    const Timing g = timer.time(
-        which, [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), splits, sink, stream); },
-        1, std::max(5, o.reps / 3), 1);
-    if (res.gather_splits == 0 || g.median_us < res.gather.median_us) {
-      res.gather = g;
-      res.gather_splits = splits;
+  // The floor: the gather probe at its best block split over the case's indices, then over the
+  // same lists in row order.
+  const auto gather_floor = [&](const int32_t* idx_ptr) {
+    Timing best;
+    int best_splits = 0;
+    for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
+      if (int64_t(T) * splits > 400000 || splits > topk) continue;
+      if (int64_t(T) * splits < sm_count / 2 && splits != 64 && splits * 2 <= topk) continue;  // too few blocks
+      const Timing g = timer.time(
+          which, [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), splits, sink, stream); },
+          1, std::max(5, o.reps / 3), 1);
+      if (best_splits == 0 || g.median_us < best.median_us) best = g, best_splits = splits;
     }
-  }
-  res.gather = timer.time(which, [&] {
-    launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), res.gather_splits, sink, stream);
-  }, 1, o.reps, o.warmup);
+    const Timing g = timer.time(which, [&] {
+      launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), best_splits, sink, stream);
+    }, 1, o.reps, o.warmup);
+    return std::pair{g, best_splits};
+  };
+  std::tie(res.gather, res.gather_splits) = gather_floor(static_cast<const int32_t*>(d_idx.get()));
+  std::vector<int32_t> in_row_order = indices;
+  const int row_order_shift = detail::row_order_key_bits(cache.rows()).shift;
+  for (int t = 0; t < T; ++t)  // rows by their top bits, then the entries that name none
+    std::stable_sort(in_row_order.begin() + size_t(t) * topk, in_row_order.begin() + size_t(t + 1) * topk,
+                     [&](int32_t a, int32_t b) {
+                       const bool va = a >= 0 && a < cache.rows(), vb = b >= 0 && b < cache.rows();
+                       return va && (!vb || (a >> row_order_shift) < (b >> row_order_shift));
+                     });
+  DevicePtr d_idx_row_order(device_copy(in_row_order));
+  res.gather_row_order = gather_floor(static_cast<const int32_t*>(d_idx_row_order.get())).first;
   return res;
 }
 
@@ -393,9 +415,9 @@ void print_stage_table(const std::vector<Result>& results, FILE* f) {
 }
 
 void print_table(const std::vector<Result>& results, FILE* f) {
-  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
-               "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "GB/s", "TFLOP/s",
-               "target");
+  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %9s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
+               "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "row-order", "GB/s",
+               "TFLOP/s", "target");
   for (const Result& r : results) {
     char plan[32], range[48];
     if (r.plan.kernel == SparseMlaKernel::shared_rows && r.plan.splits > 1)
@@ -404,6 +426,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
       std::snprintf(plan, sizeof plan, "%s", kernel_name(r.plan));
     else
       std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
+    if (r.plan.row_order) std::strncat(plan, ",o", sizeof plan - std::strlen(plan) - 1);  // rows in row order
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
     std::string parts;  // each kernel's span, in launch order
     for (double us : r.kernel.per_kernel_median_us) {
@@ -413,10 +436,11 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     }
     if (parts.empty()) parts = "-";
     const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
-    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %7.0f %7.1f  %s\n", r.c.name.c_str(),
+    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, gbs, useful_tflops(r, r.kernel.median_us),
+                 range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, r.gather_row_order.median_us, gbs,
+                 useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
 }
@@ -439,13 +463,14 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"row_order", r.plan.row_order}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
                    {"gather_floor", timing(r.gather)},
                    {"gather_splits", r.gather_splits},
                    {"ratio_to_gather", r.kernel.median_us / r.gather.median_us},
+                   {"gather_floor_row_order", timing(r.gather_row_order)},
                    {"bytes_gathered", r.entries * kRowBytes},
                    {"useful_tflops", useful_tflops(r, r.kernel.median_us)},
                    {"target", r.c.target}};
@@ -461,13 +486,14 @@ void write_csv(const std::vector<Result>& results, const std::string& path, cons
   if (!f) throw Error("--csv: cannot write " + path);
   f << context_header
     << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
-       "ratio,useful_tflops\n";
+       "ratio,useful_tflops,gather_row_order_us\n";
   for (const Result& r : results)
     f << context << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
       << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
       << r.vs_gpu_ref.max_lse_err << ',' << to_string(r.kernel.timer) << ',' << r.kernel.median_us << ','
       << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
-      << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << '\n';
+      << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << ','
+      << r.gather_row_order.median_us << '\n';
 }
 
 // No GPU: say so, and still show the reference working on the smoke suite.
@@ -659,6 +685,7 @@ int run_inspect(const Options& o, int tokens_shown) {
                   detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads),
                   plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
                   plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+      if (plan.row_order) std::printf("         row order: the union pass sorts each token's rows by the row's top bits\n");
       continue;
     }
     std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
@@ -671,6 +698,7 @@ int run_inspect(const Options& o, int tokens_shown) {
       std::printf("         fused rows: %d of %d tokens have <= %d valid rows and finish in one CTA, unmerged\n", fused,
                   s.num_tokens, plan.fused_rows);
     }
+    if (plan.row_order) std::printf("         row order: each CTA sorts its rows by the row's top bits before gathering them\n");
   }
   return 0;
 }
@@ -732,6 +760,8 @@ int main(int argc, char** argv) {
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
       ->check(CLI::Range(-1, dsa::SparseMlaPlan::kMaxChunk));
+  app.add_option("--row-order", o.row_order, "override the plan's row order: auto, on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (64 query rows per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--sharing", o.sharing, "the planner's hint: unknown, consecutive (prefill: tokens share rows), none (decode)")
