@@ -455,7 +455,7 @@ TEST_F(Gpu, SharedRowsOrdersMoreGroupsThanOneOrderRound) {
 }
 
 // ---- row order: CTAs gather their rows sorted by the row's top bits ------------------------
-// Split-K with row order forced on, against the reference: every head count, padding anywhere,
+// Split-K with row order forced on, against the reference: every head count (in turn), padding anywhere,
 // out-of-range entries, a row listed twice, all padding, one valid row, runs; one split and
 // several (a split sorts its own run), the planner's splits with fused rows (split 0 sorts a short whole list), topk past
 // one chunk; caches of 1 row, of exactly 2^13 rows and of 2^13 + 1 (the sort's bit range at its
@@ -472,37 +472,36 @@ TEST_F(Gpu, SplitKRowOrderAgrees) {
   int i = 0;
   bool some_order_changed = false;
   for (Cache cache : {Cache{64, 128}, Cache{1, 8193}, Cache{1, 1}, Cache{64, 200}})
-    for (int H : {16, 32, 64, 128})
-      for (IndexPattern pattern : patterns) {
-        const int T = 1 + i % 3, topk = i % 4 == 0 ? 63 : i % 4 == 1 ? 2049 : 2048;
-        const HostProblem hp = make_problem(T, H, topk, cache.page_size, cache.num_pages, pattern, 900 + i);
-        DeviceProblem d(hp);
-        const SparseMlaProblem p = d.view();
-        std::vector<double> ro, rl;
-        reference(hp, ro, rl);
-        for (int splits : {0, 1, 3}) {  // 0: the planner's (64 splits of 32 at 16 heads, fused rows)
-          if (splits != 0 && splits < (topk + 2047) / 2048) continue;
-          PlanChoice on, off;
-          on.kernel = off.kernel = PlanChoice::Kernel::split_k;
-          on.splits = off.splits = splits;
-          on.row_order = 1;
-          off.row_order = -1;
-          const SparseMlaPlan plan = plan_sparse_mla(T, H, topk, dev, on), plain = plan_sparse_mla(T, H, topk, dev, off);
-          ASSERT_TRUE(plan.row_order);
-          ASSERT_FALSE(plain.row_order);
-          const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " topk " + std::to_string(topk) +
-                                   " " + workload::to_string(pattern) + " rows " + std::to_string(hp.rows()) + " splits " +
-                                   std::to_string(plan.splits) + " fused_rows " + std::to_string(plan.fused_rows);
-          const Agreement a = forward_and_judge(d, p, plan, ro, rl);
-          EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
-          const auto ordered = d.out.get();
-          ASSERT_TRUE(forward_and_judge(d, p, plan, ro, rl).ok()) << what;
-          ASSERT_EQ(d.out.get(), ordered) << what << ": not deterministic";
-          ASSERT_TRUE(forward_and_judge(d, p, plain, ro, rl).ok()) << what;
-          some_order_changed |= d.out.get() != ordered;
-        }
-        ++i;
+    for (IndexPattern pattern : patterns) {
+      const int T = 1 + i % 3, H = 16 << (i % 4), topk = i % 5 == 0 ? 63 : i % 5 == 1 ? 2049 : 2048;
+      const HostProblem hp = make_problem(T, H, topk, cache.page_size, cache.num_pages, pattern, 900 + i);
+      DeviceProblem d(hp);
+      const SparseMlaProblem p = d.view();
+      std::vector<double> ro, rl;
+      reference(hp, ro, rl);
+      for (int splits : {0, 1, 3}) {  // 0: the planner's (64 splits of 32 at 16 heads, fused rows)
+        if (splits != 0 && splits < (topk + 2047) / 2048) continue;
+        PlanChoice on, off;
+        on.kernel = off.kernel = PlanChoice::Kernel::split_k;
+        on.splits = off.splits = splits;
+        on.row_order = 1;
+        off.row_order = -1;
+        const SparseMlaPlan plan = plan_sparse_mla(T, H, topk, dev, on), plain = plan_sparse_mla(T, H, topk, dev, off);
+        ASSERT_TRUE(plan.row_order);
+        ASSERT_FALSE(plain.row_order);
+        const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " topk " + std::to_string(topk) +
+                                 " " + workload::to_string(pattern) + " rows " + std::to_string(hp.rows()) + " splits " +
+                                 std::to_string(plan.splits) + " fused_rows " + std::to_string(plan.fused_rows);
+        const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+        EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
+        const auto ordered = d.out.get();
+        ASSERT_TRUE(forward_and_judge(d, p, plan, ro, rl).ok()) << what;
+        ASSERT_EQ(d.out.get(), ordered) << what << ": not deterministic";
+        ASSERT_TRUE(forward_and_judge(d, p, plain, ro, rl).ok()) << what;
+        some_order_changed |= d.out.get() != ordered;
       }
+      ++i;
+    }
   EXPECT_TRUE(some_order_changed) << "row order never changed a result: is it on?";
 }
 
@@ -514,21 +513,21 @@ TEST_F(Gpu, SharedRowsRowOrderAgrees) {
   int i = 0;
   for (auto [T, H] : {std::tuple{140, 64}, std::tuple{70, 128}})
     for (IndexPattern pattern : {IndexPattern::padding_middle, IndexPattern::duplicates, IndexPattern::runs,
-                                 IndexPattern::all_padding, IndexPattern::single_valid})
-      for (int splits : {0, 2}) {
-        const HostProblem hp = make_problem(T, H, 2048, 64, 200, pattern, 950 + i++);
-        PlanChoice c;
-        c.kernel = PlanChoice::Kernel::shared_rows;
-        c.splits = splits;
-        c.row_order = 1;
-        const SparseMlaPlan plan = plan_sparse_mla(T, H, 2048, dev, c);
-        ASSERT_TRUE(plan.union_pass);
-        ASSERT_TRUE(plan.row_order);
-        if (splits == 0 && dev.sm_count == 132) EXPECT_EQ(plan_sparse_mla(T, H, 2048, dev).row_order, H == 64);
-        const Agreement a = run_and_compare(hp, &plan);
-        EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << " " << workload::to_string(pattern) << " splits " << plan.splits
-                            << ": " << a.summary();
-      }
+                                 IndexPattern::all_padding, IndexPattern::single_valid}) {
+      const int splits = i % 2 == 0 ? 0 : 2;
+      const HostProblem hp = make_problem(T, H, 2048, 64, 200, pattern, 950 + i++);
+      PlanChoice c;
+      c.kernel = PlanChoice::Kernel::shared_rows;
+      c.splits = splits;
+      c.row_order = 1;
+      const SparseMlaPlan plan = plan_sparse_mla(T, H, 2048, dev, c);
+      ASSERT_TRUE(plan.union_pass);
+      ASSERT_TRUE(plan.row_order);
+      if (splits == 0 && dev.sm_count == 132) EXPECT_EQ(plan_sparse_mla(T, H, 2048, dev).row_order, H == 64);
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << " " << workload::to_string(pattern) << " splits " << plan.splits
+                          << ": " << a.summary();
+    }
 }
 
 // ---- forced kernel configurations: both tile sizes, one split and many ---------------------
