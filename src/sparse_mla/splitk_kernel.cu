@@ -132,7 +132,9 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
 // kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops
 // after loading tiles, after the scores, or after the softmax, keeping the work alive by
 // folding it into l_run (the lse output).
-template <int BK, int STAGES, int kStage = kStageFull>
+// kRowOrder: the plan's row order (p.row_order_bits > 0), a separate instantiation: the sort's
+// code in the kernel, even skipped, cost T = 1 ~0.4 us (run 145).
+template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false>
 __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   using Shape = TileShape<BK, STAGES>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     }
   }
   int* rows = s_rows + row0;
-  if (p.row_order_bits > 0 && nvalid > 1) {
+  if (kRowOrder && nvalid > 1) {
     // Rows in ascending order of the cache's top bits: the CTAs that run together then sweep
     // the cache together, and rows several tokens list meet in L2 (T = 256 / 1024 random at 16
     // heads: 218 / 825 -> 160 / 621 us, docs/perf.md run 142).
@@ -641,10 +643,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
-template <int BK, int kStage = kStageFull>
-void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+template <int BK, int kStage = kStageFull, bool kRowOrder = false>
+void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage>;
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder>;
   const int smem = TileShape<BK, kStages>::smem_bytes(splitk_listed_positions(p.fused_rows, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
@@ -658,6 +660,14 @@ void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t ctas = (int64_t)p.num_tokens * (p.num_heads / kHeadGroup) * p.splits;
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int BK, int kStage = kStageFull>
+void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+  if (p.row_order_bits > 0)
+    launch_splitk_instance<BK, kStage, true>(p, stream);
+  else
+    launch_splitk_instance<BK, kStage, false>(p, stream);
 }
 
 }  // namespace
