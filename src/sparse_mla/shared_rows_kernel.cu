@@ -20,7 +20,7 @@
 //      warpgroup counts keys per tile. At H >= 64 the union is the token's valid indices in
 //      position order (no sort; a row listed twice is two entries), or with the plan's
 //      row_order sorted by the row's top bits (64 heads T = 256 / 1024 random: 243 / 911 ->
-//      226 / 841 us, docs/perf.md run 142). A one-CTA order pass then
+//      226 / 841 us, docs/perf.md run 144). A one-CTA order pass then
 //      lists the groups by union size, largest first. The main kernel waits for both (programmatic dependent launch), takes the
 //      group its rank names (a decode batch's groups differ up to 8x in work), loads Q and
 //      copies the group's record into shared memory.

@@ -306,7 +306,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.union_pass = !(tokens_per_group == 1 && plan.ctas <= dev.sm_count);
     // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
     // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
-    // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 142).
+    // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
     plan.row_order = resolve_row_order(choice, tokens_per_group == 1 && plan.union_pass, num_heads == 64, num_tokens, topk, sharing);
     plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0);
     plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass);
@@ -357,7 +357,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     fail("device", "not enough shared memory per block");
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
-  // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 141-142).
+  // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144).
   plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing);
   plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) : 0;
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);

@@ -34,13 +34,14 @@
 //                                                 (.L2::128B; prefill runs shared-rows since v5)
 //   v7            9.9    |  71.2 |    -   |   -    fused rows: T=1 with 2 valid rows 9.0 -> 5.6 us,
 //                                                 T=16 with 100 rows each 19.8 -> 14.0 (runs 83-84)
-//   v8           10.3    |  70.0 |  609.5 |   -    row order from 2^17 pairs: each CTA sorts its rows
+//   v8 9b5cda2  10.1    |  70.2 |  617.6 |   -    row order from 2^17 pairs: each CTA sorts its rows
 //                                                 by their top 6 bits (cub, 2 passes), co-resident CTAs
 //                                                 sweep the cache together and rows that several tokens
-//                                                 list meet in L2: T=256 218.0 -> 159.8 (runs 141-142)
+//                                                 list meet in L2: T=256 218.0 -> 159.8 (runs 141-148)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
+// row order's sort in one pass of 7 radix bits (run 149: T=256 -0.8 us, T=1024 +5);
 // splits merged in thread-block clusters through distributed shared memory instead of the
 // combine (run 38, 4d09c20: T=1 12.4, T=64 88 us, slower everywhere below T=128); the
 // prologue's parameter reads batched (run 40: within noise); a shared-rows kernel for prefill,
@@ -54,7 +55,7 @@
 // alone takes ~2.2 us after entry and the rows another ~2.2, the compaction was never in the way).
 // Run 108: each unsplit CTA's list radix-sorted by row first, so that co-resident CTAs sweep
 // the cache together and shared rows meet in L2: T = 256 / 512 / 1024 random unchanged. Wrong:
-// the same lists sorted on the host ran 218 -> 156 and 827 -> 594 us (run 140), so that variant
+// the same lists sorted on the host ran 218 -> 156 and 827 -> 594 us (run 141), so that variant
 // cannot have run its sort; it is v8 below, verified by a test that the order changes results.
 #include <cmath>
 #include <cstdint>
@@ -133,7 +134,7 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
 // after loading tiles, after the scores, or after the softmax, keeping the work alive by
 // folding it into l_run (the lse output).
 // kRowOrder: the plan's row order (p.row_order_bits > 0), a separate instantiation: the sort's
-// code in the kernel, even skipped, cost T = 1 ~0.4 us (run 145).
+// code in the kernel, even skipped, cost T = 1 0.1-0.2 us (run 148).
 template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false>
 __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   using Shape = TileShape<BK, STAGES>;
