@@ -160,6 +160,12 @@ __host__ __device__ inline int shared_rows_split_tiles(int union_tiles, int spli
 inline bool shared_rows_fused_rows_fit(int splits, int num_heads) {
   return splits > 1 && shared_rows_tokens_per_group(num_heads) == 1;
 }
+// Whether a shared-rows plan can read in row order (SparseMlaPlan::row_order): its union pass
+// sorts one token's list per group; unions of several tokens are in row order already, and
+// without a union pass nothing sorts.
+inline bool shared_rows_row_order_fit(bool union_pass, int num_heads) {
+  return union_pass && shared_rows_tokens_per_group(num_heads) == 1;
+}
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 

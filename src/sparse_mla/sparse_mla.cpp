@@ -193,9 +193,8 @@ static bool resolve_row_order(const PlanChoice& choice, bool orderable, bool pay
   return orderable && (choice.row_order == 1 || (choice.row_order == 0 && pays && planner_row_order(num_tokens, topk, sharing)));
 }
 
-// The kernels' sort keys for a plan with row order.
+// The kernels' sort keys for a plan with row order (make_params leaves them 0: off).
 static void set_row_order(detail::SparseMlaParams& k, const SparseMlaPlan& plan) {
-  k.row_order_shift = k.row_order_bits = 0;
   if (!plan.row_order) return;
   const detail::RowOrderKeyBits b = detail::row_order_key_bits(k.num_rows);
   k.row_order_shift = b.shift;
@@ -307,7 +306,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
     // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
     // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
-    plan.row_order = resolve_row_order(choice, tokens_per_group == 1 && plan.union_pass, num_heads == 64, num_tokens, topk, sharing);
+    plan.row_order = resolve_row_order(choice, detail::shared_rows_row_order_fit(plan.union_pass, num_heads), num_heads == 64,
+                                       num_tokens, topk, sharing);
     plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0);
     plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass);
     return plan;
@@ -412,7 +412,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.splits = plan.splits;
     check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, plan.num_heads));
     k.fused_rows = plan.fused_rows;
-    if (plan.row_order && !(plan.union_pass && detail::shared_rows_tokens_per_group(plan.num_heads) == 1))
+    if (plan.row_order && !detail::shared_rows_row_order_fit(plan.union_pass, plan.num_heads))
       fail("plan", "inconsistent row_order");
     set_row_order(k, plan);
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));

@@ -390,7 +390,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   for (int t = 0; t < T; ++t)  // rows by their top bits, then the entries that name none
     std::stable_sort(in_row_order.begin() + size_t(t) * topk, in_row_order.begin() + size_t(t + 1) * topk,
                      [&](int32_t a, int32_t b) {
-                       const bool va = a >= 0 && a < cache.rows(), vb = b >= 0 && b < cache.rows();
+                       const bool va = detail::names_a_row(a, int(cache.rows())), vb = detail::names_a_row(b, int(cache.rows()));
                        return va && (!vb || (a >> row_order_shift) < (b >> row_order_shift));
                      });
   DevicePtr d_idx_row_order(device_copy(in_row_order));
