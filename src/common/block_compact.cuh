@@ -59,4 +59,44 @@ __device__ __forceinline__ int block_compact(const bool (&keep)[kItems], int* co
   return counts[kItems * kWarps];
 }
 
+// Stable compaction into buckets (a counting sort): the kept items come out ordered by bucket,
+// and in position order within a bucket, a cub stable radix sort's order in one pass. Item j
+// of thread (warp, lane) stands at position (warp * kItems + j) * 32 + lane: each warp holds a
+// contiguous run of positions, so a warp that counts its items round by round (j) counts them
+// in position order. bucket[j] < kBuckets where keep[j]. emit(rank, j) runs once per kept item;
+// returns the number kept. `counts` is kBuckets * kWarps + 1 ints of shared memory; the call
+// holds three __syncthreads (all threads must call it), and the caller syncs again before the
+// emitted output or `counts` is reused.
+template <int kItems, int kThreads, int kBuckets, typename Emit>
+__device__ __forceinline__ int block_bucket_compact(const bool (&keep)[kItems], const int (&bucket)[kItems], int* counts,
+                                                    Emit emit) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kCounts = kBuckets * kWarps;  // counts[b * kWarps + w]: bucket-major, so the scan is position order
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i = threadIdx.x; i < kCounts; i += kThreads) counts[i] = 0;
+  __syncthreads();
+  const unsigned lanes_below = (1u << lane) - 1u;
+  int rank[kItems];  // among the warp's items of the same bucket
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    // The lanes keeping an item of one bucket; those keeping none share -1, never a bucket.
+    const unsigned same = __match_any_sync(0xffffffffu, keep[j] ? bucket[j] : -1);
+    int before = 0;
+    if (keep[j] && (same & lanes_below) == 0) {  // the bucket's lowest lane counts for all
+      int* c = counts + bucket[j] * kWarps + warp;
+      before = *c;
+      *c = before + __popc(same);
+    }
+    rank[j] = __shfl_sync(0xffffffffu, before, __ffs(same) - 1) + __popc(same & lanes_below);
+    __syncwarp();  // this round's counts written before the next round reads them
+  }
+  __syncthreads();
+  if (warp == 0) warp_exclusive_scan<kCounts>(counts, lane);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems; ++j)
+    if (keep[j]) emit(counts[bucket[j] * kWarps + warp] + rank[j], j);
+  return counts[kCounts];
+}
+
 }  // namespace dsa::detail

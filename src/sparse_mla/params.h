@@ -37,6 +37,9 @@ struct SparseMlaParams {
   float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
   uint8_t* shared_rows_union;  // shared-rows workspace: a record per group of 4 head blocks, their sizes, their order (layout below)
   bool shared_rows_union_pass;  // false: each shared-rows CTA compacts its token's list (SparseMlaPlan::union_pass)
+  // What a split takes, for the combine: split-K split s index positions [s * chunk, s * chunk +
+  // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
+  bool splits_over_entries;
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
@@ -62,6 +65,7 @@ __host__ __device__ inline bool names_a_row(int32_t index, int num_rows) {
 // within the cache's range [0, 2^L), L = ceil(log2(num_rows)), plus bit L, which only the
 // padding keys (2^L, sorted last) have: a stable radix sort over bits [shift, L].
 inline constexpr int kRowOrderBucketBits = 6;
+inline constexpr int kRowOrderBuckets = 1 << kRowOrderBucketBits;  // row >> shift < kRowOrderBuckets for every row
 inline constexpr int64_t kRowOrderMinPairs = int64_t{1} << 17;  // the planner's line, (token, position) pairs
 struct RowOrderKeyBits {
   int shift, bits;

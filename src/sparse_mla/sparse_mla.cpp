@@ -409,6 +409,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     detail::SparseMlaParams k = make_params(problem);
     k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
     k.shared_rows_union_pass = plan.union_pass;
+    k.splits_over_entries = true;
     k.splits = plan.splits;
     check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, plan.num_heads));
     k.fused_rows = plan.fused_rows;

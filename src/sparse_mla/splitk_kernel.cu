@@ -38,6 +38,11 @@
 //                                                 by their top 6 bits (cub, 2 passes), co-resident CTAs
 //                                                 sweep the cache together and rows that several tokens
 //                                                 list meet in L2: T=256 218.0 -> 159.8 (runs 141-148)
+//   v9           10.1    |  70.2 |  611.1 |   -    row order by one counting pass (block_bucket_compact)
+//                                                 instead of cub's 2 radix passes, same order; the
+//                                                 combine skips empty splits' never-written partials
+//                                                 (DRAM reads): T=8 runs 15.2 -> 14.1, T=4 of 33 rows
+//                                                 13.6 -> 10.6, T=64 runs 51.8 -> 49.9 (runs 155-156)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -61,7 +66,6 @@
 #include <cstdint>
 #include <string>
 
-#include <cub/block/block_radix_sort.cuh>
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
@@ -90,9 +94,6 @@ constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
 static_assert(kFusedChunkAlign == 32, "block_compact counts valid items per warp ballot (32 positions)");
-
-// Row order (p.row_order_bits > 0; params.h): a CTA's valid rows sorted by their top bits.
-using RowSort = cub::BlockRadixSort<uint32_t, kThreads, kIdxPerThread>;
 
 // Tile geometry for one block_keys value; the one place sizes are derived.
 template <int BK, int STAGES>
@@ -170,11 +171,15 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   const bool whole_list = p.fused_rows > 0;
   const int nlist = whole_list ? p.topk : npos;
   const int32_t* idx = p.indices + t * p.indices_token_stride + (whole_list ? 0 : pos0);
+  // Item j of a thread: position j * kThreads + tid, or with row order (warp * 16 + j) * 32 +
+  // lane, each warp a contiguous run, as block_bucket_compact wants. Either way one warp's load
+  // is 128 contiguous bytes.
+  const auto position = [&](int j) { return kRowOrder ? (warp * kIdxPerThread + j) * 32 + lane : j * kThreads + threadIdx.x; };
   int my_row[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) {
-    const int q = j * kThreads + threadIdx.x;
-    my_row[j] = (j * kThreads < nlist && q < nlist) ? __ldg(idx + q) : -1;
+    const int q = position(j);
+    my_row[j] = (kRowOrder || j * kThreads < nlist) && q < nlist ? __ldg(idx + q) : -1;
   }
 
   // 2. Q -> shared (group 0 of cp.async).
@@ -192,12 +197,25 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
   mark(1);
 
-  // 3. Compact the valid indices of the list, keeping position order (deterministic).
+  // 3. Compact the valid indices: in position order (deterministic), or with the plan's row order
+  //    by the row's top bits, position order within equal bits (one counting sort).
   bool valid[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) valid[j] = names_a_row(my_row[j], p.num_rows);
-  const int nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
-  __syncthreads();  // s_rows complete
+  int nlisted;  // valid rows among the positions read
+  if constexpr (kRowOrder) {
+    unsigned warp_listed = 0;
+#pragma unroll
+    for (int j = 0; j < kIdxPerThread; ++j) warp_listed += __popc(__ballot_sync(0xffffffffu, valid[j]));
+    if (lane == 0) s_offsets[warp] = static_cast<int>(warp_listed);
+    __syncthreads();  // the warps' totals written
+    nlisted = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) nlisted += s_offsets[w];
+  } else {
+    nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+    __syncthreads();  // s_rows complete
+  }
   int row0 = 0, nvalid = nlisted;
   bool fused = false;  // this CTA finishes the token alone and writes bf16 out + lse
   if (whole_list) {
@@ -208,7 +226,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
         return;
       }
       fused = true;
-    } else {
+    } else if (!kRowOrder) {
       // s_offsets[g] = valid rows before position 32 g (block_compact's scan); splits start on
       // multiples of 32 (kFusedChunkAlign), so this split's rows are one run of s_rows.
       row0 = s_offsets[pos0 / kFusedChunkAlign];
@@ -216,28 +234,26 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       nvalid = (pos_end >= p.topk ? nlisted : s_offsets[pos_end / kFusedChunkAlign]) - row0;
     }
   }
-  int* rows = s_rows + row0;
-  if (kRowOrder && nvalid > 1) {
+  if constexpr (kRowOrder) {
     // Rows in ascending order of the cache's top bits: the CTAs that run together then sweep
     // the cache together, and rows several tokens list meet in L2 (T = 256 / 1024 random at 16
-    // heads: 218 / 825 -> 160 / 621 us, docs/perf.md run 142).
-    const uint32_t pad = row_order_padding_key(p.row_order_shift, p.row_order_bits);
-    uint32_t keys[kIdxPerThread];
+    // heads: 218 / 825 -> 160 / 621 us, docs/perf.md run 142). One counting pass gives the order
+    // of a stable radix sort over those bits, cub's 2-pass sort's before run 155 (0.5 us sooner).
+    static_assert((kRowOrderBuckets * kWarps + 1) * 4 <= STAGES * Shape::kTileBytes, "the counts fit the tiles");
+    const bool split_only = whole_list && !fused;  // of the token's whole list, this split's positions
+    bool keep[kIdxPerThread];
+    int bucket[kIdxPerThread];
 #pragma unroll
-    for (int k = 0; k < kIdxPerThread; ++k) {
-      const int i = threadIdx.x * kIdxPerThread + k;
-      keys[k] = i < nvalid ? static_cast<uint32_t>(rows[i]) : pad;
+    for (int j = 0; j < kIdxPerThread; ++j) {
+      const int q = position(j);
+      keep[j] = valid[j] && (!split_only || (q >= pos0 && q < pos0 + npos));
+      bucket[j] = my_row[j] >> p.row_order_shift;
     }
-    static_assert(sizeof(typename RowSort::TempStorage) <= STAGES * Shape::kTileBytes, "the sort's scratch fits the tiles");
-    RowSort(*reinterpret_cast<typename RowSort::TempStorage*>(s_tiles))
-        .Sort(keys, p.row_order_shift, p.row_order_shift + p.row_order_bits);
-#pragma unroll
-    for (int k = 0; k < kIdxPerThread; ++k) {
-      const int i = threadIdx.x * kIdxPerThread + k;
-      if (i < nvalid) rows[i] = static_cast<int>(keys[k]);
-    }
-    __syncthreads();  // the sorted rows visible; the tiles' scratch free again
+    nvalid = block_bucket_compact<kIdxPerThread, kThreads, kRowOrderBuckets>(
+        keep, bucket, reinterpret_cast<int*>(s_tiles), [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+    __syncthreads();  // s_rows complete; the counts read (the tiles free again)
   }
+  const int* rows = s_rows + row0;
   mark(2);
 
   // 4. Prologue: first STAGES-1 tiles in flight.
@@ -465,12 +481,22 @@ constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 constexpr int kFewSplits = 8;
 
-// Fused rows: whether split 0 finished token t alone (at most fused_rows valid indices). The
-// count is a pure function of the indices, so the combine repeats the main kernel's instead of
-// waiting for it: it runs before griddepcontrol.wait, while the main kernel works. Every
-// block's threads share t (H is a multiple of the 8 heads a few-splits block takes).
-__device__ __forceinline__ bool token_fused(const SparseMlaParams& p, int t) {
+// Fused rows: whether split 0 finished token t alone (at most fused_rows valid indices), and
+// which splits hold a valid row. Both are pure functions of the indices, so the combine
+// repeats the main kernel's count instead of waiting for it: it runs before
+// griddepcontrol.wait, while the main kernel works. A split with no row writes no partial
+// output, and loading those never-written slots reads DRAM, not L2 (T = 8 of runs 1-2048:
+// 55 of 128 splits empty; 15.2 -> 14.1 us, run 156). Every block's threads share t (H is a
+// multiple of the 8 heads a few-splits block takes). With fused rows, splits <= 64: split-K's
+// start on 32-position boundaries (topk <= 2048), shared rows' take whole 32-entry tiles.
+struct TokenSplits {
+  bool fused;         // split 0 wrote the token's out and lse
+  uint64_t live;      // bit s: split s has a valid index (wrote its partial output)
+};
+__device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, int t) {
+  static_assert(kMaxChunk / kFusedChunkAlign <= 64, "a split mask per token");
   __shared__ int s_warp_valid[kCombineWarps];
+  __shared__ uint64_t s_warp_live[kCombineWarps];
   constexpr int kPer = kMaxChunk / kCombineThreads;
   const int32_t* idx = p.indices + t * p.indices_token_stride;
   int r[kPer];
@@ -480,15 +506,30 @@ __device__ __forceinline__ bool token_fused(const SparseMlaParams& p, int t) {
     r[u] = k < p.topk ? __ldg(idx + k) : -1;
   }
   unsigned n = 0;
+  uint64_t live = 0;
 #pragma unroll
-  for (int u = 0; u < kPer; ++u) n += names_a_row(r[u], p.num_rows) ? 1u : 0u;
-  n = __reduce_add_sync(0xffffffffu, n);
-  if (threadIdx.x % 32 == 0) s_warp_valid[threadIdx.x / 32] = static_cast<int>(n);
+  for (int u = 0; u < kPer; ++u) {
+    const unsigned any = __ballot_sync(0xffffffffu, names_a_row(r[u], p.num_rows));
+    n += __popc(any);
+    // This warp's 32 positions lie in one split (32-position boundaries).
+    if (any != 0) live |= uint64_t{1} << ((u * kCombineThreads + threadIdx.x / 32 * 32) / p.chunk);
+  }
+  if (threadIdx.x % 32 == 0) {
+    s_warp_valid[threadIdx.x / 32] = static_cast<int>(n);
+    s_warp_live[threadIdx.x / 32] = live;
+  }
   __syncthreads();
   int total = 0;
+  live = 0;
 #pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) total += s_warp_valid[w];
-  return total <= p.fused_rows;
+  for (int w = 0; w < kCombineWarps; ++w) total += s_warp_valid[w], live |= s_warp_live[w];
+  if (p.splits_over_entries) {  // shared rows: split s takes tiles [s * per_split, ...) of the token's
+    const int tiles = (total + kSharedRowsTileEntries - 1) / kSharedRowsTileEntries;
+    const int per_split = shared_rows_split_tiles(tiles, p.splits);
+    const int live_splits = per_split > 0 ? (tiles + per_split - 1) / per_split : 0;
+    live = live_splits >= 64 ? ~uint64_t{0} : (uint64_t{1} << live_splits) - 1;
+  }
+  return {total <= p.fused_rows, live};
 }
 
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel(const SparseMlaParams p) {
@@ -496,7 +537,12 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   // H is a multiple of 8: the grid holds exactly T x H warps, one token per block.
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
-  if (p.fused_rows > 0 && token_fused(p, t)) return;  // before any wait: split 0 wrote it
+  uint64_t live = ~uint64_t{0};  // splits whose partial output to load
+  if (p.fused_rows > 0) {  // before any wait
+    const TokenSplits ts = token_splits(p, t);
+    if (ts.fused) return;  // split 0 wrote it
+    live = ts.live;
+  }
   ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
   const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
@@ -505,9 +551,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
 #pragma unroll
   for (int u = 0; u < kFewSplits; ++u) {
     ls[u] = u < p.splits ? lse_s[u] : -INFINITY;
+    const bool load = u < p.splits && ((live >> u) & 1u);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      v[u][i] = u < p.splits ? *reinterpret_cast<const float4*>(po + u * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u][i] = load ? *reinterpret_cast<const float4*>(po + u * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   float mx = -INFINITY;
 #pragma unroll
@@ -557,7 +604,12 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   const int64_t th = blockIdx.x / kParts;
   const int part = blockIdx.x % kParts;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
-  if (p.fused_rows > 0 && token_fused(p, t)) return;  // before any wait: split 0 wrote it
+  uint64_t live = ~uint64_t{0};  // splits whose partial output to load (fused rows: splits <= 64)
+  if (p.fused_rows > 0) {  // before any wait
+    const TokenSplits ts = token_splits(p, t);
+    if (ts.fused) return;  // split 0 wrote it
+    live = ts.live;
+  }
   ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
   const int dim0 = part * (kCkvDim / kParts) + lane * 4;  // + i * 128
@@ -573,10 +625,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int s = s0 + kCombineWarps * u;
       ls[u] = s < p.splits ? lse_s[s] : -INFINITY;
+      const bool load = s < p.splits && (p.fused_rows == 0 || ((live >> s) & 1u));  // s < 64 with fused rows
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
-        v[u][i] = s < p.splits ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim + i * 128)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u][i] = load ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     float m_new = m;
 #pragma unroll

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 #include <limits>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -455,55 +456,102 @@ TEST_F(Gpu, SharedRowsOrdersMoreGroupsThanOneOrderRound) {
 }
 
 // ---- row order: CTAs gather their rows sorted by the row's top bits ------------------------
+// The lists as a split-K plan with row order reads them, built on the host: each split's valid
+// rows (a token with at most fused_rows valid rows: its whole list) stably sorted by the row's
+// top 6 bits within the cache's range [0, 2^L), then padding. Without row order the kernel must
+// give exactly the same bits on these lists as with row order on the originals.
+std::vector<int32_t> lists_in_row_order(const HostProblem& hp, const SparseMlaPlan& plan) {
+  int l = 0;
+  while ((int64_t{1} << l) < hp.rows()) ++l;
+  const int shift = std::max(0, l - 6);
+  const auto names_a_row = [&](int32_t r) { return r >= 0 && r < hp.rows(); };
+  std::vector<int32_t> sorted(hp.indices.size(), -1);
+  for (int t = 0; t < hp.T; ++t) {
+    const int32_t* list = &hp.indices[size_t(t) * hp.topk];
+    const int valid = static_cast<int>(std::count_if(list, list + hp.topk, names_a_row));
+    const int chunk = plan.fused_rows > 0 && valid <= plan.fused_rows ? hp.topk : plan.chunk;
+    for (int c0 = 0; c0 < hp.topk; c0 += chunk) {
+      const int c1 = std::min(hp.topk, c0 + chunk);
+      std::vector<int32_t> rows;
+      std::copy_if(list + c0, list + c1, std::back_inserter(rows), names_a_row);
+      std::stable_sort(rows.begin(), rows.end(), [&](int32_t a, int32_t b) { return (a >> shift) < (b >> shift); });
+      std::copy(rows.begin(), rows.end(), &sorted[size_t(t) * hp.topk + c0]);
+    }
+  }
+  return sorted;
+}
+
 // Split-K with row order forced on, against the reference: every head count (in turn), padding anywhere,
 // out-of-range entries, a row listed twice, all padding, one valid row, runs; one split and
 // several (a split sorts its own run), the planner's splits with fused rows (split 0 sorts a short whole list), topk past
 // one chunk; caches of 1 row, of exactly 2^13 rows and of 2^13 + 1 (the sort's bit range at its
-// edges). Row order must change the summation order somewhere (or it did nothing) and stay
-// deterministic run to run.
-TEST_F(Gpu, SplitKRowOrderAgrees) {
+// edges). Row order must change the summation order somewhere (or it did nothing), stay
+// deterministic run to run, and match bit for bit the plain kernel on lists sorted on the host.
+struct RowOrderCache {
+  int page_size, num_pages;
+};
+class SplitKRowOrder : public ::testing::TestWithParam<RowOrderCache> {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_P(SplitKRowOrder, Agrees) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   const IndexPattern patterns[] = {IndexPattern::random,       IndexPattern::padding_middle, IndexPattern::out_of_range,
                                    IndexPattern::duplicates,   IndexPattern::all_padding,    IndexPattern::single_valid,
                                    IndexPattern::runs};
-  struct Cache {
-    int page_size, num_pages;
-  };
-  int i = 0;
+  const RowOrderCache cache = GetParam();
+  int i = 7 * cache.num_pages;  // problems differ across caches
   bool some_order_changed = false;
-  for (Cache cache : {Cache{64, 128}, Cache{1, 8193}, Cache{1, 1}, Cache{64, 200}})
-    for (IndexPattern pattern : patterns) {
-      const int T = 1 + i % 3, H = 16 << (i % 4), topk = i % 5 == 0 ? 63 : i % 5 == 1 ? 2049 : 2048;
-      const HostProblem hp = make_problem(T, H, topk, cache.page_size, cache.num_pages, pattern, 900 + i);
-      DeviceProblem d(hp);
-      const SparseMlaProblem p = d.view();
-      std::vector<double> ro, rl;
-      reference(hp, ro, rl);
-      for (int splits : {0, 1, 3}) {  // 0: the planner's (64 splits of 32 at 16 heads, fused rows)
-        if (splits != 0 && splits < (topk + 2047) / 2048) continue;
-        PlanChoice on, off;
-        on.kernel = off.kernel = PlanChoice::Kernel::split_k;
-        on.splits = off.splits = splits;
-        on.row_order = 1;
-        off.row_order = -1;
-        const SparseMlaPlan plan = plan_sparse_mla(T, H, topk, dev, on), plain = plan_sparse_mla(T, H, topk, dev, off);
-        ASSERT_TRUE(plan.row_order);
-        ASSERT_FALSE(plain.row_order);
-        const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " topk " + std::to_string(topk) +
-                                 " " + workload::to_string(pattern) + " rows " + std::to_string(hp.rows()) + " splits " +
-                                 std::to_string(plan.splits) + " fused_rows " + std::to_string(plan.fused_rows);
-        const Agreement a = forward_and_judge(d, p, plan, ro, rl);
-        EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
-        const auto ordered = d.out.get();
-        ASSERT_TRUE(forward_and_judge(d, p, plan, ro, rl).ok()) << what;
-        ASSERT_EQ(d.out.get(), ordered) << what << ": not deterministic";
-        ASSERT_TRUE(forward_and_judge(d, p, plain, ro, rl).ok()) << what;
-        some_order_changed |= d.out.get() != ordered;
-      }
-      ++i;
+  for (IndexPattern pattern : patterns) {
+    const int T = 1 + i % 3, H = 16 << (i % 4), topk = i % 5 == 0 ? 63 : i % 5 == 1 ? 2049 : 2048;
+    const HostProblem hp = make_problem(T, H, topk, cache.page_size, cache.num_pages, pattern, 900 + i);
+    DeviceProblem d(hp);
+    const SparseMlaProblem p = d.view();
+    std::vector<double> ro, rl;
+    reference(hp, ro, rl);
+    for (int splits : {0, 1, 3}) {  // 0: the planner's (64 splits of 32 at 16 heads, fused rows)
+      if (splits != 0 && splits < (topk + 2047) / 2048) continue;
+      PlanChoice on, off;
+      on.kernel = off.kernel = PlanChoice::Kernel::split_k;
+      on.splits = off.splits = splits;
+      on.row_order = 1;
+      off.row_order = -1;
+      const SparseMlaPlan plan = plan_sparse_mla(T, H, topk, dev, on), plain = plan_sparse_mla(T, H, topk, dev, off);
+      ASSERT_TRUE(plan.row_order);
+      ASSERT_FALSE(plain.row_order);
+      const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " topk " + std::to_string(topk) +
+                               " " + workload::to_string(pattern) + " rows " + std::to_string(hp.rows()) + " splits " +
+                               std::to_string(plan.splits) + " fused_rows " + std::to_string(plan.fused_rows);
+      const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+      EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
+      const auto ordered = d.out.get();
+      const auto ordered_lse = d.lse.get();
+      ASSERT_TRUE(forward_and_judge(d, p, plan, ro, rl).ok()) << what;
+      ASSERT_EQ(d.out.get(), ordered) << what << ": not deterministic";
+      ASSERT_TRUE(forward_and_judge(d, p, plain, ro, rl).ok()) << what;
+      some_order_changed |= d.out.get() != ordered;
+      const std::vector<int32_t> sorted = lists_in_row_order(hp, plan);
+      ASSERT_EQ(cudaMemcpy(d.indices.ptr, sorted.data(), sorted.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_TRUE(forward_and_judge(d, p, plain, ro, rl).ok()) << what;
+      EXPECT_EQ(d.out.get(), ordered) << what << ": not the order of a stable sort by the rows' top bits";
+      EXPECT_EQ(d.lse.get(), ordered_lse) << what;
+      ASSERT_EQ(cudaMemcpy(d.indices.ptr, hp.indices.data(), hp.indices.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
     }
-  EXPECT_TRUE(some_order_changed) << "row order never changed a result: is it on?";
+    ++i;
+  }
+  // One row has one order; every larger cache gets random lists that row order must reorder.
+  if (cache.page_size * cache.num_pages > 1) EXPECT_TRUE(some_order_changed) << "row order never changed a result: is it on?";
 }
+
+INSTANTIATE_TEST_SUITE_P(Caches, SplitKRowOrder,
+                         ::testing::Values(RowOrderCache{64, 128}, RowOrderCache{1, 8193}, RowOrderCache{1, 1},
+                                           RowOrderCache{64, 200}),
+                         [](const ::testing::TestParamInfo<RowOrderCache>& info) {
+                           return "ps" + std::to_string(info.param.page_size) + "_pages" + std::to_string(info.param.num_pages);
+                         });
 
 // Shared rows at 64 and 128 heads with a union pass and row order forced on (the planner's at 64
 // heads from 2^17 pairs): each token's list sorted in the union pass. Random rows with -1 in the middle, a row
