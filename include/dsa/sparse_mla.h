@@ -122,12 +122,11 @@ struct SparseMlaPlan {
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,
   // shared_rows at 64 and 128 heads each token's list in the union pass (unions of several
   // tokens are always in row order). The CTAs that run together then sweep the cache together,
-  // and a row several tokens list is read from DRAM once and from L2 by the others. It costs
-  // one counting sort per split_k CTA, or per token in the union pass. The planner's: on when
-  // the call holds >= 2^17 (token, position) pairs (over 150 MB of rows, 3x the L2) and the
-  // hint is unknown, for split_k and for shared_rows at 64 heads (at 128 its main kernel is
-  // bound by its MMAs); off for none (no row is shared) and consecutive (the rows are in L2
-  // already).
+  // and a row several tokens list is read from DRAM once and from L2 by the others. It costs a
+  // sort: one counting pass per split_k CTA, a radix sort per token in the union pass. The
+  // planner's: on when the call holds >= 2^17 (token, position) pairs (over 150 MB of rows, 3x the L2) and the hint is unknown, for split_k and
+  // for shared_rows at 64 heads (at 128 its main kernel is bound by its MMAs); off for none (no
+  // row is shared) and consecutive (the rows are in L2 already).
   bool row_order = false;
   // split_k: fp32 partials, 0 when splits == 1; shared_rows: with a union pass each group's row
   // union (48 KB per group at topk 2048), its size and the order the groups run in, then the

@@ -344,30 +344,26 @@ __device__ __noinline__ int union_of_few_keys(int num_keys, typename KeySort<kIt
   return union_by_sort<kItems>(few, scratch, s_keys, s_counts, s_repeats, invalid_key, row_lo, g_words, g_entry);
 }
 
-// One token's valid rows (H >= 64), compacted into s_rows[0, num_rows) in position order,
-// written as entry words in the order of a stable sort by the row's top bits
-// (SparseMlaPlan::row_order): one counting pass, as in split-K (cub's 2-pass radix sort of
-// 4 keys per thread before run 160, the same order). The counts overlay s_rows. Not inlined,
-// as union_of_few_keys.
-__device__ __noinline__ void one_token_list_in_row_order(int num_rows, uint32_t* s_rows, int shift, uint32_t* g_words) {
-  constexpr int kItems = SparseMlaPlan::kMaxChunk / kUnionThreads;  // warp w holds s_rows[128 w, 128 w + 128)
-  static_assert(kItems * kUnionThreads == SparseMlaPlan::kMaxChunk, "a token's list fits the pass");
-  static_assert((kRowOrderBuckets * kUnionWarps + 1) * 4 <= kMaxKeys * 4, "the counts fit s_rows");
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// One token's valid rows (H >= 64), compacted into s_rows[0, num_rows), written as entry words
+// sorted by bits [shift, shift + bits) of the row (SparseMlaPlan::row_order; topk <= 2048 fits
+// kMediumSortItems per thread). Not inlined, as union_of_few_keys.
+__device__ __noinline__ void one_token_list_in_row_order(int num_rows, typename KeySort<kMediumSortItems>::TempStorage& scratch,
+                                                         uint32_t* s_rows, int shift, int bits, uint32_t* g_words) {
+  static_assert(kMediumSortItems * kUnionThreads >= SparseMlaPlan::kMaxChunk, "a token's list fits the sort");
   __syncthreads();  // the compacted rows visible
-  uint32_t rows[kItems];
-  bool keep[kItems];
-  int bucket[kItems];
+  uint32_t rows[kMediumSortItems];
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) {  // block_bucket_compact's layout: each warp a contiguous run
-    const int i = (warp * kItems + k) * 32 + lane;
-    keep[k] = i < num_rows;
-    rows[k] = keep[k] ? s_rows[i] : 0u;
-    bucket[k] = static_cast<int>(rows[k] >> shift);
+  for (int k = 0; k < kMediumSortItems; ++k) {
+    const int i = threadIdx.x * kMediumSortItems + k;
+    rows[k] = i < num_rows ? s_rows[i] : row_order_padding_key(shift, bits);
   }
-  __syncthreads();  // every row read: the counts go over them
-  block_bucket_compact<kItems, kUnionThreads, kRowOrderBuckets>(
-      keep, bucket, reinterpret_cast<int*>(s_rows), [&](int rank, int k) { g_words[rank] = every_block_word(rows[k]); });
+  __syncthreads();  // the sort's scratch overlays s_rows
+  KeySort<kMediumSortItems>(scratch).Sort(rows, shift, shift + bits);
+#pragma unroll
+  for (int k = 0; k < kMediumSortItems; ++k) {
+    const int i = threadIdx.x * kMediumSortItems + k;
+    if (i < num_rows) g_words[i] = every_block_word(rows[k]);
+  }
 }
 
 __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_shared_rows_union_kernel(const SparseMlaParams p) {
@@ -469,7 +465,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
       else
         g_words[rank] = every_block_word(row);
     });
-    if (in_row_order) one_token_list_in_row_order(num_entries, s.keys, p.row_order_shift, g_words);
+    if (in_row_order) one_token_list_in_row_order(num_entries, s.medium_sort, s.keys, p.row_order_shift, p.row_order_bits, g_words);
     finish_record(num_entries, true);
     return;
   }
