@@ -204,6 +204,11 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
     return v[v.size() / 2];
   };
   auto max_of = [](const std::vector<double>& v) { return v.empty() ? -1.0 : *std::max_element(v.begin(), v.end()); };
+  auto p90 = [](std::vector<double> v) {  // the tail: a few slow CTAs, or a broad spread?
+    if (v.empty()) return -1.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() * 9 / 10];
+  };
   const double clk = median(ghz);  // cycles per ns
   char buf[512];
   std::vector<double> entries;
@@ -219,11 +224,11 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   }
   std::snprintf(buf, sizeof buf,
                 "SM %.2f GHz; CTA entry spread median %.2f max %.2f us; per-CTA median us since entry: Q issued %.2f, "
-                "compacted %.2f, Q in regs %.2f, tile 0 landed %.2f, loop done %.2f (max %.2f), stored %.2f (max %.2f); "
+                "compacted %.2f, Q in regs %.2f, tile 0 landed %.2f, loop done %.2f (p90 %.2f, max %.2f), stored %.2f (max %.2f); "
                 "first entry to last exit %.2f us",
                 clk, median(entries) * 1e-3, entries.empty() ? 0.0 : *std::max_element(entries.begin(), entries.end()) * 1e-3,
                 median(phase[1]) / clk * 1e-3, median(phase[2]) / clk * 1e-3, median(phase[3]) / clk * 1e-3,
-                median(phase[4]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, max_of(phase[5]) / clk * 1e-3,
+                median(phase[4]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, p90(phase[5]) / clk * 1e-3, max_of(phase[5]) / clk * 1e-3,
                 median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
                 (last - first) * 1e-3);
   return buf;
