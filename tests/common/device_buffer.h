@@ -25,6 +25,15 @@ class Gpu : public ::testing::Test {
   }
 };
 
+// The same for parameterised tests: class Sweep : public GpuWithParam<SweepCase> {};
+template <class Param>
+class GpuWithParam : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
 template <class T>
 struct DeviceBuffer {
   T* ptr = nullptr;

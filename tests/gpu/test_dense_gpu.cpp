@@ -23,7 +23,7 @@ namespace {
 using testing::CapturedGraph;
 using testing::DeviceBuffer;
 using testing::Gpu;
-using testing::have_device;
+using testing::GpuWithParam;
 
 constexpr uint16_t kPoison = 0xffff;  // NaN in fp16 and bf16
 
@@ -187,12 +187,7 @@ Agreement run_and_compare(const Shape& s, uint64_t seed, DenseChoice choice = {}
 // ---- dtype x head dims x causal x odd lengths ---------------------------------------------------
 using SweepParam = std::tuple<DenseKernel, DType, int, bool, int>;  // kernel, dtype, Dqk, causal, L
 
-class DenseSweep : public ::testing::TestWithParam<SweepParam> {
- protected:
-  void SetUp() override {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class DenseSweep : public GpuWithParam<SweepParam> {};
 
 TEST_P(DenseSweep, MatchesReference) {
   const auto [kernel, dtype, dqk, causal, L] = GetParam();

@@ -27,8 +27,8 @@ namespace {
 using testing::CapturedGraph;
 using testing::DeviceBuffer;
 using testing::Gpu;
+using testing::GpuWithParam;
 using testing::HostProblem;
-using testing::have_device;
 using testing::make_problem;
 using workload::IndexPattern;
 
@@ -147,12 +147,7 @@ struct SweepCase {
   int page_size;
 };
 
-class Sweep : public ::testing::TestWithParam<SweepCase> {
- protected:
-  void SetUp() override {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class Sweep : public GpuWithParam<SweepCase> {};
 
 TEST_P(Sweep, MatchesReference) {
   const SweepCase c = GetParam();
@@ -186,12 +181,7 @@ INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Sweep, ::testing::ValuesIn(sweep_
                          });
 
 // ---- token counts from 1 to 4096 (large ones against the GPU reference) --------------------
-class TokenCounts : public ::testing::TestWithParam<std::tuple<int, IndexPattern>> {
- protected:
-  void SetUp() override {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class TokenCounts : public GpuWithParam<std::tuple<int, IndexPattern>> {};
 
 TEST_P(TokenCounts, MatchesReference) {
   const auto [T, pattern] = GetParam();
@@ -490,12 +480,7 @@ std::vector<int32_t> lists_in_row_order(const HostProblem& hp, const SparseMlaPl
 struct RowOrderCache {
   int page_size, num_pages;
 };
-class SplitKRowOrder : public ::testing::TestWithParam<RowOrderCache> {
- protected:
-  void SetUp() override {
-    if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  }
-};
+class SplitKRowOrder : public GpuWithParam<RowOrderCache> {};
 
 TEST_P(SplitKRowOrder, Agrees) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
