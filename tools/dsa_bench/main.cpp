@@ -198,17 +198,14 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
     for (int k = 1; k <= 6; ++k)
       if (r[k] >= 0) phase[k].push_back(double(r[k]));
   }
-  auto median = [](std::vector<double> v) {
+  // Element n * pct / 100 of the sorted values (50: the median, 100: the largest); -1 if none.
+  auto percentile = [](std::vector<double> v, size_t pct) {
     if (v.empty()) return -1.0;
     std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    return v[std::min(v.size() - 1, v.size() * pct / 100)];
   };
-  auto max_of = [](const std::vector<double>& v) { return v.empty() ? -1.0 : *std::max_element(v.begin(), v.end()); };
-  auto p90 = [](std::vector<double> v) {  // the tail: a few slow CTAs, or a broad spread?
-    if (v.empty()) return -1.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() * 9 / 10];
-  };
+  auto median = [&](const std::vector<double>& v) { return percentile(v, 50); };
+  auto max_of = [&](const std::vector<double>& v) { return percentile(v, 100); };
   const double clk = median(ghz);  // cycles per ns
   char buf[512];
   std::vector<double> entries;
@@ -228,7 +225,7 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
                 "first entry to last exit %.2f us",
                 clk, median(entries) * 1e-3, entries.empty() ? 0.0 : *std::max_element(entries.begin(), entries.end()) * 1e-3,
                 median(phase[1]) / clk * 1e-3, median(phase[2]) / clk * 1e-3, median(phase[3]) / clk * 1e-3,
-                median(phase[4]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, p90(phase[5]) / clk * 1e-3, max_of(phase[5]) / clk * 1e-3,
+                median(phase[4]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, percentile(phase[5], 90) / clk * 1e-3, max_of(phase[5]) / clk * 1e-3,
                 median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
                 (last - first) * 1e-3);
   return buf;
