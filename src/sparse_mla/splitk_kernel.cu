@@ -511,8 +511,10 @@ __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, in
   for (int u = 0; u < kPer; ++u) {
     const unsigned any = __ballot_sync(0xffffffffu, names_a_row(r[u], p.num_rows));
     n += __popc(any);
-    // This warp's 32 positions lie in one split (32-position boundaries).
-    if (any != 0) live |= uint64_t{1} << ((u * kCombineThreads + threadIdx.x / 32 * 32) / p.chunk);
+    // Split-K: this warp's 32 positions lie in one split (32-position boundaries). Shared rows
+    // set no chunk; their mask comes from the tile count below.
+    if (any != 0 && !p.splits_over_entries)
+      live |= uint64_t{1} << ((u * kCombineThreads + threadIdx.x / 32 * 32) / p.chunk);
   }
   if (threadIdx.x % 32 == 0) {
     s_warp_valid[threadIdx.x / 32] = static_cast<int>(n);
