@@ -62,6 +62,10 @@
 // the cache together and shared rows meet in L2: T = 256 / 512 / 1024 random unchanged. Wrong:
 // the same lists sorted on the host ran 218 -> 156 and 827 -> 594 us (run 141), so that variant
 // cannot have run its sort; it is v8 below, verified by a test that the order changes results.
+// Runs 163-164: splits sized on the device by each token's valid rows (a count kernel, then
+// every CTA computing the schedule after its PDL wait): the slowest CTA's loop at T = 64 runs
+// 37 -> 30 us, but rows were requested ~4 us later; T = 8 runs 13.8 -> 18.3, T = 64 runs 50.4
+// -> 55.6, T = 1 random 10.3 -> 15.1 (design.md: a schedule made once per decode step instead).
 #include <cmath>
 #include <cstdint>
 #include <string>
