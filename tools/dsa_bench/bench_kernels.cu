@@ -1,5 +1,7 @@
 #include "bench_kernels.h"
 
+#include <string>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,17 +10,23 @@
 namespace dsa::bench {
 namespace {
 
-// One warp per row: 64 lanes-worth of ckv vectors (two per lane) and 8 of kpe.
-__global__ void __launch_bounds__(256) gather_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
-                                                          const int32_t* __restrict__ indices, int topk, int num_rows,
-                                                          int splits, unsigned* sink) {
+constexpr int kProbeHeads = 16;  // the output floor's heads: one 16-head group per token
+
+constexpr int kProbeThreads = 256;  // the gather and output floors' blocks
+
+// Block b reads the rows of token b / splits listed in its chunk of index positions (chunk
+// b % splits of ceil(topk / splits)), one warp per row: 64 lanes-worth of ckv vectors (two per
+// lane) and 8 of kpe. Returns a value that depends on every load.
+__device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
+                                                      const int32_t* __restrict__ indices, int topk, int num_rows,
+                                                      int splits) {
   const int t = blockIdx.x / splits, s = blockIdx.x % splits;
   const int chunk = (topk + splits - 1) / splits;
   const int begin = s * chunk, end = min(topk, begin + chunk);
   const int32_t* idx = indices + static_cast<int64_t>(t) * topk;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   unsigned acc = 0;
-  for (int k = begin + warp; k < end; k += 8) {
+  for (int k = begin + warp; k < end; k += kProbeThreads / 32) {
     const int r = __ldg(idx + k);
     if (r < 0 || r >= num_rows) continue;
     const uint4* c = ckv + static_cast<int64_t>(r) * 64;
@@ -29,7 +37,99 @@ __global__ void __launch_bounds__(256) gather_rows_kernel(const uint4* __restric
       acc ^= p.x ^ p.w;
     }
   }
+  return acc;
+}
+
+__global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
+                                                                    const int32_t* __restrict__ indices, int topk, int num_rows,
+                                                                    int splits, unsigned* sink) {
+  const unsigned acc = gather_block_rows(ckv, kpe, indices, topk, num_rows, splits);
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
+}
+
+// The output floor: the gather floor's loads, then what any design that splits a token over
+// kSplits blocks must add to them, with no math: each block writes a 16 x 512 fp32 partial and
+// 16 lse values, the token's blocks meet at a barrier in L2 (one arrival counter per token,
+// which only grows: call n waits for n x kSplits arrivals), and each block merges 1 / kSplits of
+// the token's output from every partial (8 float4 loads per thread, all in flight; partial sums
+// per thread, then across threads in shared memory) and writes it as bf16. With one split it
+// writes the token's bf16 output straight away. The blocks are launched normally: the caller
+// checks that they fit the chip at once, and a barrier that waits too long gives up and flags it.
+constexpr int kMergeThreads = kProbeThreads;
+constexpr int kPartialVec4 = kProbeHeads * 512 / 4;            // float4 per partial: 2048
+constexpr int kMergeLoads = kPartialVec4 / kMergeThreads;       // 8 per thread
+template <int kSplits>
+__global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
+                                                                     const int32_t* __restrict__ indices, int topk, int num_rows,
+                                                                     float* partials, unsigned* arrivals, unsigned target,
+                                                                     uint4* out, unsigned* sink) {
+  constexpr int kPer = kPartialVec4 / kSplits;                      // float4 of the output one block merges
+  constexpr int kOwn = kPer >= kMergeThreads ? kPer / kMergeThreads : 1;  // output float4 per thread
+  constexpr int kGroups = kPer >= kMergeThreads ? 1 : kMergeThreads / kPer;  // threads per output float4
+  __shared__ float4 s_part[kGroups > 1 ? kMergeThreads : 1];
+  const int t = blockIdx.x / kSplits, s = blockIdx.x % kSplits;
+  const unsigned acc = gather_block_rows(ckv, kpe, indices, topk, num_rows, kSplits);
+  const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
+  const auto pack = [](float lo, float hi) { return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); };
+  if constexpr (kSplits == 1) {  // the token's output, bf16: 1024 x 16 B
+    const unsigned bits = pack(v, v);
+    for (int i = threadIdx.x; i < kPartialVec4 / 2; i += kMergeThreads)
+      out[static_cast<int64_t>(t) * (kPartialVec4 / 2) + i] = make_uint4(bits, bits, bits, bits);
+  } else {
+    float4* part = reinterpret_cast<float4*>(partials);
+    float* lse = partials + static_cast<int64_t>(gridDim.x) * kPartialVec4 * 4;
+#pragma unroll
+    for (int u = 0; u < kMergeLoads; ++u)
+      part[static_cast<int64_t>(blockIdx.x) * kPartialVec4 + u * kMergeThreads + threadIdx.x] = make_float4(v, v, v, v);
+    if (threadIdx.x < kProbeHeads) lse[blockIdx.x * kProbeHeads + threadIdx.x] = v;
+    __syncthreads();  // the partial written by every thread
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(arrivals + t, 1u);
+      unsigned seen = 0;
+      for (long spins = 0; spins < (1l << 26); ++spins) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals + t) : "memory");
+        if (seen >= target) break;
+      }
+      if (seen < target) sink[1] = 1;  // the barrier gave up: the figure is void
+    }
+    __syncthreads();
+    // Load u of a thread: item i = u * 256 + tid of the token's kSplits x kPer float4 to merge,
+    // partial j = i / kPer, output float4 e = i % kPer (the same e for every u when kPer <= 256).
+    const float4* tok = part + static_cast<int64_t>(t) * kSplits * kPartialVec4 + s * kPer;
+    float4 x[kMergeLoads];
+#pragma unroll
+    for (int u = 0; u < kMergeLoads; ++u) {
+      const int i = u * kMergeThreads + threadIdx.x;
+      x[u] = __ldcg(tok + static_cast<int64_t>(i / kPer) * kPartialVec4 + i % kPer);
+    }
+    float l = 0.f;  // the lse of every split and head, as a merge needs them
+    for (int i = threadIdx.x; i < kProbeHeads * kSplits; i += kMergeThreads)
+      l += __ldcg(lse + static_cast<int64_t>(t) * kSplits * kProbeHeads + i);
+    float4 sum[kOwn];
+#pragma unroll
+    for (int q = 0; q < kOwn; ++q) sum[q] = make_float4(l, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < kMergeLoads; ++u) {
+      float4& d = sum[u % kOwn];
+      d.x += x[u].x; d.y += x[u].y; d.z += x[u].z; d.w += x[u].w;
+    }
+    if constexpr (kGroups > 1) {  // threads tid, tid + kPer, ... hold parts of output float4 tid % kPer
+      s_part[threadIdx.x] = sum[0];
+      __syncthreads();
+      if (threadIdx.x >= kPer) return;
+#pragma unroll
+      for (int g = 1; g < kGroups; ++g) {
+        const float4 o = s_part[g * kPer + threadIdx.x];
+        sum[0].x += o.x; sum[0].y += o.y; sum[0].z += o.z; sum[0].w += o.w;
+      }
+    }
+    // Output float4 e = q * 256 + tid (kOwn > 1) or tid: as bf16, 8 bytes each.
+    uint2* o2 = reinterpret_cast<uint2*>(out) + static_cast<int64_t>(t) * kPartialVec4 + s * kPer;
+#pragma unroll
+    for (int q = 0; q < kOwn; ++q)
+      o2[q * kMergeThreads + threadIdx.x] = make_uint2(pack(sum[q].x, sum[q].y), pack(sum[q].z, sum[q].w));
+  }
 }
 
 __global__ void stream_read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
@@ -104,9 +204,36 @@ void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed
 
 void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
                         int num_rows, int splits, unsigned* sink, cudaStream_t stream) {
-  gather_rows_kernel<<<num_tokens * splits, 256, 0, stream>>>(reinterpret_cast<const uint4*>(ckv),
+  gather_rows_kernel<<<num_tokens * splits, kProbeThreads, 0, stream>>>(reinterpret_cast<const uint4*>(ckv),
                                                               reinterpret_cast<const uint4*>(kpe), indices, topk,
                                                               num_rows, splits, sink);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+int max_merge_blocks(int sm_count) {
+  int per_sm = 0;  // every instance has the same footprint but the shared partial sums
+  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_merge_kernel<64>, kMergeThreads, 0));
+  return per_sm * sm_count;
+}
+
+size_t merge_partials_bytes(int num_tokens, int splits) {
+  return splits < 2 ? 0 : size_t(num_tokens) * splits * (size_t(kPartialVec4) * 16 + kProbeHeads * 4);
+}
+
+void launch_gather_merge(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
+                         int num_rows, int splits, float* partials, unsigned* arrivals, unsigned target, uint16_t* out,
+                         unsigned* sink, cudaStream_t stream) {
+  const auto* c = reinterpret_cast<const uint4*>(ckv);
+  const auto* k = reinterpret_cast<const uint4*>(kpe);
+  auto* o = reinterpret_cast<uint4*>(out);
+  const dim3 grid(static_cast<unsigned>(num_tokens * splits)), block(kMergeThreads);
+  switch (splits) {
+#define DSA_MERGE_CASE(S) \
+    case S: gather_merge_kernel<S><<<grid, block, 0, stream>>>(c, k, indices, topk, num_rows, partials, arrivals, target, o, sink); break;
+    DSA_MERGE_CASE(1) DSA_MERGE_CASE(2) DSA_MERGE_CASE(4) DSA_MERGE_CASE(8) DSA_MERGE_CASE(16) DSA_MERGE_CASE(32) DSA_MERGE_CASE(64)
+#undef DSA_MERGE_CASE
+    default: throw Error("launch_gather_merge: splits must be a power of 2 in [1, 64], got " + std::to_string(splits));
+  }
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

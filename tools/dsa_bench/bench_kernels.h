@@ -12,6 +12,18 @@ namespace dsa::bench {
 // Reads ckv (1024 B) + kpe (128 B) of every valid entry of indices[T, topk]; `splits` blocks per token.
 void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
                         int num_rows, int splits, unsigned* sink, cudaStream_t stream);
+// The output floor (gather_merge_kernel in bench_kernels.cu): the same loads, then, with each
+// token split over `splits` blocks (a power of 2 <= 64), 16 x 512 fp32 partials, a barrier per
+// token in L2 and a merge of each block's 1 / splits of the bf16 output into out[T, 16, 512];
+// one split writes out straight away. `partials` holds merge_partials_bytes(); `arrivals` [T]
+// starts zeroed and only grows: call n of a sequence passes target = n x splits. Splits > 1
+// needs num_tokens x splits <= max_merge_blocks(sm_count) (every block resident at once); a
+// barrier that still waits too long gives up and sets sink[1].
+void launch_gather_merge(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
+                         int num_rows, int splits, float* partials, unsigned* arrivals, unsigned target, uint16_t* out,
+                         unsigned* sink, cudaStream_t stream);
+size_t merge_partials_bytes(int num_tokens, int splits);
+int max_merge_blocks(int sm_count);
 // Reads `bytes` (multiple of 16) from `src` once with 16-byte loads.
 void launch_stream_read(const void* src, size_t bytes, int sm_count, unsigned* sink, cudaStream_t stream);
 

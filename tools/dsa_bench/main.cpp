@@ -112,6 +112,11 @@ struct Result {
   // kernels' row order does): what a kernel that reorders its reads could reach. Where tokens
   // share rows (the random pattern), it is well below the index-order floor.
   Timing gather_row_order;
+  // The output floor (launch_gather_merge): the gather's loads plus what a design that splits a
+  // token over several SMs must add (fp32 partials, a barrier in L2, the merge, the bf16 output),
+  // at its best split and the better of index and row order; 0 splits: not measured.
+  Timing output_floor;
+  int output_splits = 0;
   std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
   std::string timeline;  // --timeline: per-phase medians over CTAs
 };
@@ -229,6 +234,42 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
                 median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
                 (last - first) * 1e-3);
   return buf;
+}
+
+// The output floor at its best split (powers of 2 up to 64 whose blocks are co-resident), over
+// the case's indices: {timing, splits}, or {{}, 0} where its barrier gave up (blocks not resident).
+std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T, int topk, KernelTimer& timer, Timer which,
+                                    const Options& o, int sm_count, unsigned* sink) {
+  const cudaStream_t stream = nullptr;
+  const int max_blocks = max_merge_blocks(sm_count);
+  const auto* idx = static_cast<const int32_t*>(d_idx);
+  DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned)));  // the barrier's give-up flag
+  DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
+  DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
+  const auto time_split = [&](int splits, int reps) {
+    DevicePtr partials(device_copy(std::vector<uint8_t>(std::max<size_t>(merge_partials_bytes(T, splits), 16))));
+    DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
+    unsigned calls = 0;
+    return timer.time(which, [&] {
+      ++calls;
+      launch_gather_merge(cache.ckv, cache.kpe, idx, T, topk, int(cache.rows()), splits, static_cast<float*>(partials.get()),
+                          static_cast<unsigned*>(arrivals.get()), calls * unsigned(splits), static_cast<uint16_t*>(out.get()), sink,
+                          stream);
+    }, 1, reps, 1);
+  };
+  Timing best;
+  int best_splits = 0;
+  for (int splits = 1; splits <= 64; splits *= 2) {
+    if (splits > topk || (splits > 1 && int64_t(T) * splits > max_blocks) || int64_t(T) * splits > 400000) continue;
+    const Timing g = time_split(splits, std::max(5, o.reps / 3));
+    if (best_splits == 0 || g.median_us < best.median_us) best = g, best_splits = splits;
+  }
+  if (best_splits == 0) return {{}, 0};
+  best = time_split(best_splits, o.reps);
+  unsigned gave_up = 0;
+  DSA_CUDA_CHECK(cudaMemcpy(&gave_up, sink + 1, sizeof gave_up, cudaMemcpyDeviceToHost));
+  if (gave_up != 0) return {{}, 0};
+  return {best, best_splits};
 }
 
 Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer which, const Options& o, int sm_count) {
@@ -397,6 +438,11 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
                      });
   DevicePtr d_idx_row_order(device_copy(in_row_order));
   res.gather_row_order = gather_floor(static_cast<const int32_t*>(d_idx_row_order.get())).first;
+  // The output floor over both orders: a kernel may read its rows in either.
+  std::tie(res.output_floor, res.output_splits) = output_floor(cache, d_idx.get(), T, topk, timer, which, o, sm_count, sink);
+  const auto in_order = output_floor(cache, d_idx_row_order.get(), T, topk, timer, which, o, sm_count, sink);
+  if (in_order.second > 0 && (res.output_splits == 0 || in_order.first.median_us < res.output_floor.median_us))
+    std::tie(res.output_floor, res.output_splits) = in_order;
   return res;
 }
 
@@ -417,9 +463,9 @@ void print_stage_table(const std::vector<Result>& results, FILE* f) {
 }
 
 void print_table(const std::vector<Result>& results, FILE* f) {
-  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %9s %7s %7s  %s\n", "case", "T", "H", "rows", "plan",
-               "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "row-order", "GB/s",
-               "TFLOP/s", "target");
+  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %9s %9s %7s %7s  %s\n", "case", "T", "H", "rows",
+               "plan", "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "row-order",
+               "output", "GB/s", "TFLOP/s", "target");
   for (const Result& r : results) {
     char plan[32], range[48];
     if (r.plan.kernel == SparseMlaKernel::shared_rows && r.plan.splits > 1)
@@ -438,11 +484,13 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     }
     if (parts.empty()) parts = "-";
     const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
-    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %7.0f %7.1f  %s\n", r.c.name.c_str(),
+    char output[24] = "-";  // output floor (us/splits)
+    if (r.output_splits > 0) std::snprintf(output, sizeof output, "%.1f/%d", r.output_floor.median_us, r.output_splits);
+    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, r.gather_row_order.median_us, gbs,
-                 useful_tflops(r, r.kernel.median_us),
+                 range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, r.gather_row_order.median_us,
+                 output, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
 }
@@ -473,6 +521,8 @@ nlohmann::json to_json(const Result& r) {
                    {"gather_splits", r.gather_splits},
                    {"ratio_to_gather", r.kernel.median_us / r.gather.median_us},
                    {"gather_floor_row_order", timing(r.gather_row_order)},
+                   {"output_floor", r.output_splits > 0 ? timing(r.output_floor) : nlohmann::json()},
+                   {"output_floor_splits", r.output_splits},
                    {"bytes_gathered", r.entries * kRowBytes},
                    {"useful_tflops", useful_tflops(r, r.kernel.median_us)},
                    {"target", r.c.target}};
@@ -488,14 +538,15 @@ void write_csv(const std::vector<Result>& results, const std::string& path, cons
   if (!f) throw Error("--csv: cannot write " + path);
   f << context_header
     << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
-       "ratio,useful_tflops,gather_row_order_us\n";
+       "ratio,useful_tflops,gather_row_order_us,output_floor_us,output_floor_splits\n";
   for (const Result& r : results)
     f << context << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
       << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
       << r.vs_gpu_ref.max_lse_err << ',' << to_string(r.kernel.timer) << ',' << r.kernel.median_us << ','
       << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
       << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << ','
-      << r.gather_row_order.median_us << '\n';
+      << r.gather_row_order.median_us << ',' << (r.output_splits > 0 ? r.output_floor.median_us : 0.0) << ','
+      << r.output_splits << '\n';
 }
 
 // No GPU: say so, and still show the reference working on the smoke suite.
