@@ -14,6 +14,8 @@
 //   dsa::SparseMlaPlan plan = dsa::plan_sparse_mla(p);        // host only, cheap, cacheable
 //   void* ws; cudaMalloc(&ws, plan.workspace_bytes);           // caller owns the workspace
 //   dsa::sparse_mla_forward(p, plan, ws, plan.workspace_bytes, stream);
+// Decode batches of mixed lengths may instead plan with PlanChoice::balanced and make a
+// schedule once per step (make_sparse_mla_schedule, then p.schedule = it; see SparseMlaPlan).
 // The forward call allocates nothing, never synchronises the host and can be captured in a graph.
 #pragma once
 
@@ -69,6 +71,9 @@ struct SparseMlaProblem {
   float* lse = nullptr;  // fp32 [T, H], base-2 log-sum-exp
   int64_t lse_token_stride = 0;  // packed: H
   IndexSharing index_sharing = IndexSharing::unknown;  // a hint for the planner only
+  // A balanced plan's schedule (SparseMlaPlan::balanced): the buffer make_sparse_mla_schedule
+  // wrote for this plan. nullptr for every other plan.
+  const void* schedule = nullptr;
 };
 
 // What the planner needs to know about the device; from_device() reads it off a CUDA device.
@@ -128,12 +133,29 @@ struct SparseMlaPlan {
   // for shared_rows at 64 heads (at 128 its main kernel is bound by its MMAs); off for none (no
   // row is shared) and consecutive (the rows are in L2 already).
   bool row_order = false;
+  // split_k: each token's splits sized by its valid rows (decode batches of mixed lengths, where
+  // the tokens with full lists would hold the call up while the CTAs of short ones idle). The
+  // caller makes a schedule once per decode step (make_sparse_mla_schedule: a token's valid
+  // count, min(context, topk), is the same in every layer) and passes it in
+  // SparseMlaProblem::schedule. The main kernel's `ctas` are one wave of split slots (two per SM,
+  // at least one per token); the schedule gives each token the smallest number of 32-row tiles
+  // per split whose splits fit them, and each split an even share of its token's tiles. Results
+  // do not depend on the counts the schedule was made from, only the speed: a schedule made
+  // from another layer's or another step's indices of the same shape is still correct. The
+  // planner never picks it (PlanChoice::balanced turns it on). Measured on the H100 (docs/perf.md,
+  // "Balanced splits"): mixed lengths at 16 heads T = 64 / 128 -9 / -12 %, 300 rows each at
+  // T = 64 -21 %, 32 heads T = 32 -17 %; slower for T x H / 16 < 64 (T = 8 / 16 / 32 at 16
+  // heads: +60 / +20 / +5 %), at T = 256 (+2 %) and for full random lists (+3 %). Needs
+  // topk <= kMaxChunk and T <= kBalancedMaxTokens; excludes row_order and fused_rows.
+  bool balanced = false;
+  size_t schedule_bytes = 0;  // balanced: the schedule buffer make_sparse_mla_schedule fills; else 0
   // split_k: fp32 partials, 0 when splits == 1; shared_rows: with a union pass each group's row
   // union (48 KB per group at topk 2048), its size and the order the groups run in, then the
   // partials of its splits when splits > 1.
   size_t workspace_bytes = 0;
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;
+  static constexpr int kBalancedMaxTokens = 1024;
 };
 
 // A configuration forced instead of the planner's (tuning, tests): 0 keeps the planner's choice.
@@ -143,6 +165,7 @@ struct PlanChoice {
   enum class Kernel { planner, split_k, shared_rows } kernel = Kernel::planner;
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
   int row_order = 0;   // -1: off; 1: on (split_k, or shared_rows at 64+ heads with a union pass)
+  int balanced = 0;    // 1: a balanced split_k plan (SparseMlaPlan::balanced); 0 or -1: not
 };
 
 // Pure function of shape, device and sharing hint: what tests call without a GPU. Throws
@@ -159,6 +182,14 @@ void validate(const SparseMlaProblem& problem);
 // Launches the forward on `stream`. `workspace` must hold plan.workspace_bytes (16-byte aligned).
 void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream);
+
+// For a balanced plan (SparseMlaPlan::balanced): counts each token's valid indices in
+// problem.indices and writes the schedule of split slots into `schedule` (plan.schedule_bytes,
+// 16-byte aligned, device memory the caller owns), asynchronously on `stream`. Once per decode
+// step serves every layer of it; then set problem.schedule for each forward call. Allocates
+// nothing and can be captured in a graph.
+void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* schedule,
+                              size_t schedule_bytes, cudaStream_t stream);
 
 // Adds to *d_count (device int64, caller zeroes it) the number of entries of indices[T, topk]
 // outside [-1, num_rows). Asynchronous on `stream`.

@@ -40,6 +40,15 @@ struct SparseMlaParams {
   // What a split takes, for the combine: split-K split s index positions [s * chunk, s * chunk +
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
+  // Balanced split-K (SparseMlaPlan::balanced; balanced_slots 0: off): the main grid holds
+  // balanced_slots split slots per head group. The schedule (make_sparse_mla_schedule; layout in
+  // schedule_layout below) says which (token, split, splits) each slot computes and each token's
+  // run of slots for the combine. Partials are indexed by slot: partial_out[(slot * H + h) *
+  // 512], partial_lse[slot * H + h].
+  int balanced_slots;
+  int4* schedule;      // the header, then the slot table
+  int2* token_splits;  // [T] (first slot, splits)
+  int* token_rows;     // [T] valid rows, the count kernel's
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
@@ -88,9 +97,55 @@ inline bool fused_rows_fit(int splits, int topk, int chunk) {
   return splits > 1 && topk <= SparseMlaPlan::kMaxChunk && chunk % kFusedChunkAlign == 0;
 }
 
-// Index positions a split-K CTA compacts into shared memory: its chunk, or with fused rows the
-// token's whole list (what its shared memory is sized for).
-inline int splitk_listed_positions(int fused_rows, int topk, int chunk) { return fused_rows > 0 ? topk : chunk; }
+// Index positions a split-K CTA compacts into shared memory: its chunk, or with fused rows or a
+// balanced schedule the token's whole list (what its shared memory is sized for).
+inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { return whole_list ? topk : chunk; }
+
+// Balanced split-K (SparseMlaPlan::balanced). A token with n valid rows has tiles = ceil(n / 32);
+// with k tiles per split it gets max(1, ceil(tiles / k)) splits, its tiles shared out evenly.
+// The schedule takes the smallest k that fits the B split slots: W = the sum of the tiles,
+// k0 = ceil(W / B); the first of k0 .. k0 + 7 whose splits fit, else ceil(W / (B - T)), which
+// always fits (sum_t ceil(tiles_t / k) < W / k + T), all capped at a full list's tiles (one
+// split per token, T <= B). The schedule kernel evaluates the candidates together, one block
+// reduction; this host version is what the tests check it against.
+inline constexpr int kBalancedCandidates = 8;
+inline constexpr int kBalancedMaxTokens = SparseMlaPlan::kBalancedMaxTokens;  // 8 tokens per thread of one block
+__host__ __device__ inline int balanced_splits_of(int tiles, int k) { return tiles > k ? (tiles + k - 1) / k : 1; }
+// total_tiles <= kBalancedMaxTokens x 64: int arithmetic.
+__host__ __device__ inline int balanced_first_candidate(int total_tiles, int slots, int max_tiles) {
+  const int k0 = (total_tiles + slots - 1) / slots;
+  return k0 < 1 ? 1 : k0 > max_tiles ? max_tiles : k0;
+}
+__host__ __device__ inline int balanced_fallback(int total_tiles, int slots, int num_tokens, int max_tiles) {
+  if (slots <= num_tokens) return max_tiles;
+  const int k1 = (total_tiles + (slots - num_tokens) - 1) / (slots - num_tokens);
+  return k1 < 1 ? 1 : k1 > max_tiles ? max_tiles : k1;
+}
+inline int balanced_tiles_per_split(const int* tiles, int num_tokens, int slots, int max_tiles) {
+  int total = 0;
+  for (int t = 0; t < num_tokens; ++t) total += tiles[t];
+  const int k0 = balanced_first_candidate(total, slots, max_tiles);
+  for (int k = k0; k < k0 + kBalancedCandidates && k <= max_tiles; ++k) {
+    int64_t splits = 0;
+    for (int t = 0; t < num_tokens; ++t) splits += balanced_splits_of(tiles[t], k);
+    if (splits <= slots) return k;
+  }
+  return balanced_fallback(total, slots, num_tokens, max_tiles);
+}
+// The schedule buffer: a header {T, slots, head groups, kScheduleMagic} (the main kernel traps on
+// a schedule made for another shape), then per slot {token (-1: left over), split, splits, 0},
+// then per token {first slot, splits}, then per token its valid rows.
+inline constexpr int kScheduleMagic = 0x5c4ed01e;
+struct ScheduleLayout {
+  size_t token_splits, token_rows, bytes;  // byte offsets; the slot table follows the header at 16
+};
+inline ScheduleLayout schedule_layout(int num_tokens, int slots) {
+  ScheduleLayout l;
+  l.token_splits = 16 + size_t(slots) * 16;
+  l.token_rows = l.token_splits + size_t(num_tokens) * 8;
+  l.bytes = (l.token_rows + size_t(num_tokens) * 4 + 15) / 16 * 16;
+  return l;
+}
 
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
 inline constexpr int kPlannerBlockKeys = 32;
@@ -179,6 +234,8 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
 // The combine of p.splits > 1 partials (splitk_kernel.cu), launched dependent on the kernel before
 // it; both kernels' splits end with it.
 void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream);
+// Balanced split-K's schedule (make_sparse_mla_schedule): the count kernel, then the schedule kernel.
+void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream);
 void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits, cudaStream_t stream);
 void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
                                   int64_t token_stride, int64_t num_rows, long long* d_count,

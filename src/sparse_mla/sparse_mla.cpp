@@ -40,6 +40,26 @@ size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int sp
 }
 
 // Points p's partials into a workspace that holds them from byte `offset` on.
+// Balanced split-K's workspace: fp32 partial outputs [slots, H, 512] and lse [slots, H], by split slot.
+size_t balanced_workspace_for(int num_heads, int slots) {
+  return static_cast<size_t>(slots) * num_heads * (kCkvDim + 1) * sizeof(float);
+}
+// A balanced plan's split slots per head group.
+int balanced_slots(const SparseMlaPlan& plan) { return plan.ctas / (plan.num_heads / kHeadGroup); }
+// The schedule's pointers (params.h, schedule_layout) and the partials by slot.
+void set_balanced(detail::SparseMlaParams& p, const SparseMlaPlan& plan, void* workspace, const void* schedule) {
+  p.balanced_slots = balanced_slots(plan);
+  const detail::ScheduleLayout l = detail::schedule_layout(p.num_tokens, p.balanced_slots);
+  uint8_t* base = static_cast<uint8_t*>(const_cast<void*>(schedule));  // the forward only reads it
+  p.schedule = reinterpret_cast<int4*>(base);
+  p.token_splits = reinterpret_cast<int2*>(base + l.token_splits);
+  p.token_rows = reinterpret_cast<int*>(base + l.token_rows);
+  if (workspace != nullptr) {
+    p.partial_out = static_cast<float*>(workspace);
+    p.partial_lse = p.partial_out + static_cast<size_t>(p.balanced_slots) * p.num_heads * kCkvDim;
+  }
+}
+
 void set_partials(detail::SparseMlaParams& p, void* workspace, size_t offset) {
   if (p.splits <= 1) return;
   p.partial_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + offset);
@@ -174,6 +194,12 @@ static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
 }
 
 // A forced row_order: -1, 0 or 1, and on only where the plan reads lists in position order.
+// A balanced choice: -1, 0 or 1.
+static void check_balanced_choice(const PlanChoice& choice) {
+  if (choice.balanced < -1 || choice.balanced > 1)
+    fail("balanced", "must be -1, 0 or 1, got " + std::to_string(choice.balanced));
+}
+
 static void check_row_order_choice(const PlanChoice& choice, bool orderable) {
   if (choice.row_order < -1 || choice.row_order > 1)
     fail("row_order", "must be -1, 0 or 1, got " + std::to_string(choice.row_order));
@@ -207,9 +233,43 @@ static int launch_ctas(int64_t ctas) {
   return static_cast<int>(ctas);
 }
 
+// Balanced split-K (SparseMlaPlan::balanced) for a plan with its shape and block_keys set. The
+// grid: one wave of split slots (two CTAs per SM), at least one per token.
+static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev) {
+  const int T = plan.num_tokens, topk = plan.topk;
+  if (topk > SparseMlaPlan::kMaxChunk)
+    fail("balanced", "needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " (each CTA reads its token's whole list)");
+  if (T > SparseMlaPlan::kBalancedMaxTokens)
+    fail("balanced", "needs num_tokens <= " + std::to_string(SparseMlaPlan::kBalancedMaxTokens));
+  if (plan.block_keys != detail::kPlannerBlockKeys)
+    fail("balanced", "runs " + std::to_string(detail::kPlannerBlockKeys) + "-row tiles (block_keys 0 or " +
+                         std::to_string(detail::kPlannerBlockKeys) + ")");
+  if (choice.splits != 0) fail("balanced", "sizes each token's splits from the schedule: leave splits 0");
+  if (choice.fused_rows > 0) fail("balanced", "excludes fused_rows (a token of one split is unmerged anyway)");
+  if (choice.row_order == 1) fail("balanced", "excludes row_order");
+  check_fused_rows_choice(choice, true);  // the ranges of the rest
+  check_row_order_choice(choice, true);
+  const int max_tiles = static_cast<int>(ceil_div(topk, plan.block_keys));
+  if (max_tiles < 2) fail("balanced", "needs topk > block_keys (a list of one tile has one split)");
+  if (detail::splitk_smem_bytes(plan.block_keys, topk) > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
+  const int head_groups = plan.num_heads / kHeadGroup;
+  const int slots = std::max(T, std::max(1, 2 * dev.sm_count / head_groups));
+  plan.balanced = true;
+  plan.splits = max_tiles;  // the most one token can get: a split per tile
+  plan.chunk = plan.block_keys;
+  plan.fused_rows = 0;
+  plan.row_order = false;
+  plan.ctas = launch_ctas(static_cast<int64_t>(slots) * head_groups);
+  plan.launches = T > 0 ? 2 : 0;  // main, combine (the schedule is made before, once per step)
+  plan.workspace_bytes = T > 0 ? balanced_workspace_for(plan.num_heads, slots) : 0;
+  plan.schedule_bytes = T > 0 ? detail::schedule_layout(T, slots).bytes : 0;
+  return plan;
+}
+
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
                               IndexSharing sharing) {
   validate_shape(num_tokens, num_heads, topk);
+  check_balanced_choice(choice);
   validate_sharing(sharing);
   if (dev.cc_major != 9)
     fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
@@ -279,12 +339,13 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&
                        num_tokens >= (sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
-                                         choice.splits == 0 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
+                                         choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
   if (planner_picks_shared_rows) choice_kernel = PlanChoice::Kernel::shared_rows;
   if (choice_kernel == PlanChoice::Kernel::shared_rows) {
     if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     if (choice.block_keys != 0) fail("kernel", "shared_rows takes no block_keys");
+    if (choice.balanced == 1) fail("balanced", "needs the split_k kernel");
     if (choice.splits < 0 || choice.splits > SparseMlaPlan::kMaxSplits)
       fail("splits", "must be in [1, " + std::to_string(SparseMlaPlan::kMaxSplits) + "], got " + std::to_string(choice.splits));
     if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
@@ -336,6 +397,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       fail("block_keys", "must be 16, 32 or 64, got " + std::to_string(choice.block_keys));
     plan.block_keys = choice.block_keys;
   }
+  if (choice.balanced == 1) return plan_balanced(plan, choice, dev);
   if (choice.splits != 0) {  // exact chunks, not whole tiles: a forced split may end mid-tile
     if (choice.splits < min_splits || choice.splits > SparseMlaPlan::kMaxSplits)
       fail("splits", "must be in [" + std::to_string(min_splits) + ", " + std::to_string(SparseMlaPlan::kMaxSplits) +
@@ -352,7 +414,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
   check_fused_rows_choice(choice, fusable);
   plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows, topk, plan.chunk)) >
+  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk)) >
       dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
@@ -387,6 +449,36 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
   return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice, problem.index_sharing);
 }
 
+// A balanced plan as plan_balanced makes them (a plan is a plain struct: the caller may have edited it).
+static void check_balanced_plan(const SparseMlaPlan& plan) {
+  const int head_groups = plan.num_heads / kHeadGroup;
+  if (plan.kernel != SparseMlaKernel::split_k || plan.block_keys != detail::kPlannerBlockKeys || plan.chunk != plan.block_keys ||
+      plan.splits != ceil_div(plan.topk, plan.block_keys) || plan.splits < 2 || plan.topk > SparseMlaPlan::kMaxChunk ||
+      plan.row_order || plan.fused_rows != 0 || plan.num_tokens > SparseMlaPlan::kBalancedMaxTokens ||
+      plan.ctas % head_groups != 0 || plan.ctas / head_groups < plan.num_tokens ||
+      (plan.num_tokens > 0 && plan.schedule_bytes != detail::schedule_layout(plan.num_tokens, plan.ctas / head_groups).bytes))
+    fail("plan", "inconsistent balanced schedule");
+}
+
+void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* schedule,
+                              size_t schedule_bytes, cudaStream_t stream) {
+  validate(problem);
+  if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
+    fail("plan", "was made for another shape (T, H, topk)");
+  if (!plan.balanced) fail("plan", "is not balanced: only a balanced plan takes a schedule (PlanChoice::balanced)");
+  check_balanced_plan(plan);
+  if (problem.num_tokens == 0) return;
+  require_pointer(schedule, "schedule", 16);
+  if (schedule_bytes < plan.schedule_bytes)
+    fail("schedule_bytes", "must be >= plan.schedule_bytes (" + std::to_string(plan.schedule_bytes) + "), got " +
+                               std::to_string(schedule_bytes));
+  detail::SparseMlaParams k = make_params(problem);
+  k.block_keys = plan.block_keys;
+  k.splits = plan.splits;
+  set_balanced(k, plan, nullptr, schedule);
+  detail::launch_sparse_mla_schedule(k, stream);
+}
+
 namespace detail {
 
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
@@ -394,7 +486,10 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   validate(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
+  if (!plan.balanced && problem.schedule != nullptr)
+    fail("schedule", "is set, but the plan is not balanced (SparseMlaPlan::balanced)");
   if (plan.kernel == SparseMlaKernel::shared_rows) {
+    if (plan.balanced) fail("plan", "inconsistent balanced schedule");
     if (plan.topk > SparseMlaPlan::kMaxChunk)
       fail("plan", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     const std::string cache_limit = shared_rows_cache_limit(problem);
@@ -419,6 +514,23 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
     launch_sparse_mla_shared_rows(k, stream);
+    return;
+  }
+  if (plan.balanced) {
+    check_balanced_plan(plan);
+    if (stage != kStageFull) fail("plan", "stage variants exist for plans that are not balanced only");
+    if (problem.num_tokens == 0) return;
+    if (problem.schedule == nullptr)
+      fail("schedule", "a balanced plan needs the schedule make_sparse_mla_schedule wrote (SparseMlaPlan::balanced)");
+    require_pointer(problem.schedule, "schedule", 16);
+    require_workspace(workspace, workspace_bytes, balanced_workspace_for(problem.num_heads, balanced_slots(plan)));
+    detail::SparseMlaParams k = make_params(problem);
+    k.block_keys = plan.block_keys;
+    k.splits = plan.splits;
+    k.chunk = plan.chunk;
+    set_balanced(k, plan, workspace, problem.schedule);
+    k.timeline = timeline;
+    launch_sparse_mla_splitk(k, stream, stage);
     return;
   }
   if ((plan.block_keys != 16 && plan.block_keys != 32 && plan.block_keys != 64) || plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits || plan.chunk < 1 ||

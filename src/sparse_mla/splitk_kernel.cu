@@ -43,6 +43,9 @@
 //                                                 combine skips empty splits' never-written partials
 //                                                 (DRAM reads): T=8 runs 15.2 -> 14.1, T=4 of 33 rows
 //                                                 13.6 -> 10.6, T=64 runs 51.8 -> 49.9 (runs 155-156)
+//   v10 (balanced) a plan whose splits a per-step schedule sizes by each token's valid rows
+//                  (make_sparse_mla_schedule, opt-in): runs of 1-2048 rows T=64 / 128 50.3 / 89.3
+//                  -> 45.7 / 78.4, 300 rows each T=64 28.5 -> 22.6 (run 186)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -136,6 +139,119 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   }
 }
 
+// ---- balanced split-K's schedule (SparseMlaPlan::balanced, params.h) ---------------------------
+__device__ __forceinline__ int warp_sum(int v) { return __reduce_add_sync(0xffffffffu, v); }
+
+// Token t's whole index list, kPer entries per thread of a kBlock-thread block (entry u * kBlock
+// + tid), every load in flight before any is used; -1 past topk.
+template <int kPer, int kBlock>
+__device__ __forceinline__ void load_token_list(const SparseMlaParams& p, int64_t t, int32_t (&r)[kPer]) {
+  const int32_t* idx = p.indices + t * p.indices_token_stride;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int k = u * kBlock + threadIdx.x;
+    r[u] = k < p.topk ? __ldg(idx + k) : -1;
+  }
+}
+
+// Token t's valid rows (names_a_row, as the compaction decides) into token_rows[t], one block per token.
+__global__ void __launch_bounds__(kThreads) sparse_mla_count_rows_kernel(const SparseMlaParams p) {
+  static_assert(kIdxPerThread * kThreads == kMaxChunk, "a whole list per block");
+  __shared__ int s_warp_rows[kWarps];
+  int32_t r[kIdxPerThread];
+  load_token_list<kIdxPerThread, kThreads>(p, blockIdx.x, r);
+  int n = 0;
+#pragma unroll
+  for (int j = 0; j < kIdxPerThread; ++j) n += names_a_row(r[j], p.num_rows) ? 1 : 0;
+  n = warp_sum(n);
+  if (threadIdx.x % 32 == 0) s_warp_rows[threadIdx.x / 32] = n;
+  __syncthreads();
+  if (threadIdx.x == 0) p.token_rows[blockIdx.x] = s_warp_rows[0] + s_warp_rows[1] + s_warp_rows[2] + s_warp_rows[3];
+}
+
+// One block: the schedule from token_rows (params.h's rule). Thread i takes tokens [i * per,
+// i * per + per): the total tiles (one reduction), then the splits under all kBalancedCandidates
+// tiles-per-split values at once (one reduction), then each token's first slot (one scan); it
+// writes the header, every slot's (token, split, splits) and every token's (first slot, splits).
+__global__ void __launch_bounds__(kThreads) sparse_mla_schedule_kernel(const SparseMlaParams p) {
+  constexpr int BK = kPlannerBlockKeys;
+  constexpr int kPer = kBalancedMaxTokens / kThreads;
+  static_assert(kPer * kThreads == kBalancedMaxTokens, "tokens per thread");
+  __shared__ int s_sums[kWarps][kBalancedCandidates + 1];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int T = p.num_tokens, slots = p.balanced_slots, max_tiles = p.splits;
+  const int per = (T + kThreads - 1) / kThreads;
+  const int first = threadIdx.x * per;
+  const int present = max(0, min(per, T - first));  // tokens of this thread
+  int tiles[kPer];
+  int my_tiles = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (j >= present) break;
+    tiles[j] = (__ldcg(p.token_rows + first + j) + BK - 1) / BK;
+    my_tiles += tiles[j];
+  }
+  my_tiles = warp_sum(my_tiles);
+  if (lane == 0) s_sums[warp][kBalancedCandidates] = my_tiles;
+  __syncthreads();
+  int total = 0;  // <= 1024 tokens x 64 tiles
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += s_sums[w][kBalancedCandidates];
+  const int k0 = balanced_first_candidate(total, slots, max_tiles);
+  int n[kBalancedCandidates] = {};
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (j >= present) break;
+#pragma unroll
+    for (int c = 0; c < kBalancedCandidates; ++c) n[c] += balanced_splits_of(tiles[j], k0 + c);
+  }
+#pragma unroll
+  for (int c = 0; c < kBalancedCandidates; ++c) {
+    n[c] = warp_sum(n[c]);
+    if (lane == 0) s_sums[warp][c] = n[c];
+  }
+  __syncthreads();
+  int k = balanced_fallback(total, slots, T, max_tiles);
+#pragma unroll
+  for (int c = kBalancedCandidates - 1; c >= 0; --c) {  // the smallest candidate that fits
+    int sum = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) sum += s_sums[w][c];
+    if (k0 + c <= max_tiles && sum <= slots) k = k0 + c;
+  }
+  int mine = 0;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (j >= present) break;
+    mine += balanced_splits_of(tiles[j], k);
+  }
+  int before = mine;  // inclusive scan over the warp, then the warps before
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, before, o);
+    if (lane >= o) before += y;
+  }
+  __syncthreads();  // everyone has read s_sums
+  if (lane == 31) s_sums[warp][0] = before;
+  __syncthreads();
+  int start = before - mine;
+  for (int w = 0; w < warp; ++w) start += s_sums[w][0];
+  int4* slot_table = p.schedule + 1;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    if (j >= present) break;
+    const int splits = balanced_splits_of(tiles[j], k);
+    p.token_splits[first + j] = make_int2(start, splits);
+    for (int s = 0; s < splits; ++s) slot_table[start + s] = make_int4(first + j, s, splits, 0);
+    start += splits;
+  }
+  int used = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) used += s_sums[w][0];
+  for (int i = used + threadIdx.x; i < slots; i += kThreads) slot_table[i] = make_int4(-1, 0, 0, 0);
+  if (threadIdx.x == 0) p.schedule[0] = make_int4(T, slots, p.num_heads / kHeadGroup, kScheduleMagic);
+}
+
 // The dissection variants leave the tile loop early on purpose ("loop is not reachable").
 #pragma nv_diag_suppress 128
 // kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops
@@ -143,8 +259,12 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
 // folding it into l_run (the lse output).
 // kRowOrder: the plan's row order (p.row_order_bits > 0), a separate instantiation: the sort's
 // code in the kernel, even skipped, cost T = 1 0.1-0.2 us (run 148).
-template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false>
+// kBalanced: the plan's balanced schedule (p.balanced_slots > 0): the CTA's (token, split,
+// splits) come from the schedule's slot table, and its split takes an even share of the token's
+// row tiles.
+template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false>
 __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const SparseMlaParams p) {
+  static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
   using Shape = TileShape<BK, STAGES>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
   extern __shared__ __align__(128) uint8_t smem[];
@@ -162,20 +282,33 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head_groups = p.num_heads / kHeadGroup;
   const int hg = blockIdx.x % head_groups;
-  const int split = (blockIdx.x / head_groups) % p.splits;
-  const int t = blockIdx.x / (head_groups * p.splits);
   const int h0 = hg * kHeadGroup;
   // The combine (if any) may be scheduled now: its blocks are small and wait in
   // griddepcontrol.wait for this grid's memory, so its launch latency hides behind our work.
   if (p.splits > 1) ptx::launch_dependents();
+  int t, split, token_splits = p.splits;  // token_splits: this CTA's token's (balanced)
+  if constexpr (kBalanced) {
+    const int slot = blockIdx.x / head_groups;
+    const int4 header = __ldcg(p.schedule), entry = __ldcg(p.schedule + 1 + slot);
+    if (header.x != p.num_tokens || header.y != p.balanced_slots || header.z != head_groups || header.w != kScheduleMagic)
+      __trap();  // not a schedule make_sparse_mla_schedule wrote for this plan
+    if (entry.x < 0) {  // a slot left over
+      if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+      return;
+    }
+    t = entry.x, split = entry.y, token_splits = entry.z;
+  } else {
+    split = (blockIdx.x / head_groups) % p.splits;
+    t = blockIdx.x / (head_groups * p.splits);
+  }
 
   // 1. Raw indices into registers first: they head the critical path (indices -> rows), so
   //    their DRAM latency should overlap everything else in the prologue.
   //    With fused rows on, every CTA reads the token's whole list (topk <= kMaxChunk): it
   //    counts the token's valid rows and finds its own chunk's rows in the compaction.
-  const int pos0 = split * p.chunk;
+  const int pos0 = kBalanced ? 0 : split * p.chunk;
   const int npos = min(p.chunk, p.topk - pos0);
-  const bool whole_list = p.fused_rows > 0;
+  const bool whole_list = kBalanced || p.fused_rows > 0;
   const int nlist = whole_list ? p.topk : npos;
   const int32_t* idx = p.indices + t * p.indices_token_stride + (whole_list ? 0 : pos0);
   // Item j of a thread: position j * kThreads + tid, or with row order (warp * 16 + j) * 32 +
@@ -225,7 +358,15 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
   int row0 = 0, nvalid = nlisted;
   bool fused = false;  // this CTA finishes the token alone and writes bf16 out + lse
-  if (whole_list) {
+  if constexpr (kBalanced) {
+    // Split s of S takes tiles [s * tiles / S, (s + 1) * tiles / S) of the compacted list.
+    fused = token_splits == 1;
+    if (!fused) {
+      const int tiles = (nlisted + BK - 1) / BK;
+      row0 = split * tiles / token_splits * BK;
+      nvalid = max(0, min(nlisted, (split + 1) * tiles / token_splits * BK) - row0);
+    }
+  } else if (whole_list) {
     if (nlisted <= p.fused_rows) {
       if (split != 0) {  // split 0 does it; the combine skips the token too
         ptx::cp_async_wait<0>();  // Q's copies must land before the CTA exits
@@ -425,6 +566,11 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
   }
   const int g = lane / 4;
   const bool split_out = p.splits > 1 && !fused;
+  // The partial slot of head h0 + i: [T, H, splits], or balanced [split slot, H].
+  const auto partial_slot = [&](int i) {
+    return kBalanced ? (int64_t)(blockIdx.x / head_groups) * p.num_heads + h0 + i
+                     : ((int64_t)t * p.num_heads + h0 + i) * p.splits + split;
+  };
   __syncthreads();  // every warp is done reading the tiles
   if (split_out) {
     float* so = reinterpret_cast<float*>(s_tiles);
@@ -448,7 +594,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     for (int r = 0; r < 2; ++r) {
       const int h = h0 + g + 8 * r;
       if (split_out)
-        p.partial_lse[((int64_t)t * p.num_heads + h) * p.splits + split] = lse[r];
+        p.partial_lse[partial_slot(g + 8 * r)] = lse[r];
       else
         p.lse[t * p.lse_token_stride + h] = lse[r];
     }
@@ -459,7 +605,7 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
       const float* so = reinterpret_cast<const float*>(s_tiles);
       for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 4; i += kThreads) {
         const int h = i / (kCkvDim / 4), c = i % (kCkvDim / 4);
-        const int64_t slot = ((int64_t)t * p.num_heads + h0 + h) * p.splits + split;
+        const int64_t slot = partial_slot(h);
         *reinterpret_cast<float4*>(p.partial_out + slot * kCkvDim + c * 4) =
             *reinterpret_cast<const float4*>(so + h * kStagedStrideF32 + c * 4);
       }
@@ -505,13 +651,8 @@ __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, in
   __shared__ int s_warp_valid[kCombineWarps];
   __shared__ uint64_t s_warp_live[kCombineWarps];
   constexpr int kPer = kMaxChunk / kCombineThreads;
-  const int32_t* idx = p.indices + t * p.indices_token_stride;
-  int r[kPer];
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {  // every load in flight before any count
-    const int k = u * kCombineThreads + threadIdx.x;
-    r[u] = k < p.topk ? __ldg(idx + k) : -1;
-  }
+  int32_t r[kPer];
+  load_token_list<kPer, kCombineThreads>(p, t, r);
   unsigned n = 0;
   uint64_t live = 0;
 #pragma unroll
@@ -539,6 +680,27 @@ __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, in
     live = live_splits >= 64 ? ~uint64_t{0} : (uint64_t{1} << live_splits) - 1;
   }
   return {total <= p.fused_rows, live};
+}
+
+// acc[i] += 2^(ls[u] - m) v[u][i] over the splits u that hold a result (lse > -inf); an empty
+// split's values were never written, so they are selected away, never multiplied. Returns the
+// sum of the weights.
+template <int kN, int kV>
+__device__ __forceinline__ float add_weighted_splits(float4 (&acc)[kV], const float (&ls)[kN], const float4 (&v)[kN][kV],
+                                                     float m) {
+  float sum = 0.f;
+#pragma unroll
+  for (int u = 0; u < kN; ++u) {
+    const bool live = ls[u] != -INFINITY;
+    const float w = live ? exp2f(ls[u] - m) : 0.f;
+    sum += w;
+#pragma unroll
+    for (int i = 0; i < kV; ++i) {
+      acc[i].x += live ? w * v[u][i].x : 0.f; acc[i].y += live ? w * v[u][i].y : 0.f;
+      acc[i].z += live ? w * v[u][i].z : 0.f; acc[i].w += live ? w * v[u][i].w : 0.f;
+    }
+  }
+  return sum;
 }
 
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel(const SparseMlaParams p) {
@@ -575,25 +737,63 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
     if (lane == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
     return;
   }
-  float sum = 0.f;
   float4 acc[4] = {};
-#pragma unroll
-  for (int u = 0; u < kFewSplits; ++u) {
-    const bool live = ls[u] != -INFINITY;
-    const float w = live ? exp2f(ls[u] - mx) : 0.f;
-    sum += w;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[i].x += live ? w * v[u][i].x : 0.f; acc[i].y += live ? w * v[u][i].y : 0.f;
-      acc[i].z += live ? w * v[u][i].z : 0.f; acc[i].w += live ? w * v[u][i].w : 0.f;
-    }
-  }
+  const float sum = add_weighted_splits(acc, ls, v, mx);
   const float inv = 1.f / sum;
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(ptx::pack_bf16x2(acc[i].x * inv, acc[i].y * inv),
                                                           ptx::pack_bf16x2(acc[i].z * inv, acc[i].w * inv));
   if (lane == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+}
+
+// Balanced splits (p.balanced_slots > 0): one warp per (token, head), like the few-splits
+// combine, over the token's run of slots (1-64) in rounds of kFewSplits loads in flight. The run
+// comes from the schedule, made before the call, so it is read before the wait. A token of one
+// split was written by its CTA (measured as a what-if, docs/perf.md runs 169-170: a block per
+// head over 64 slots, the many-splits combine's way, lost 4 waves at T x H = 1024 heads).
+__global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kernel(const SparseMlaParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
+  const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
+  const int2 run = t < p.num_tokens ? __ldcg(p.token_splits + t) : make_int2(0, 1);
+  if (run.y == 1) return;  // its one split wrote it
+  ptx::wait_prerequisites();
+  const int64_t first = (int64_t)run.x * p.num_heads + h, stride = p.num_heads;
+  float m = -INFINITY, l = 0.f;
+  float4 acc[4] = {};
+  for (int s0 = 0; s0 < run.y; s0 += kFewSplits) {
+    float ls[kFewSplits];
+    float4 v[kFewSplits][4];
+#pragma unroll
+    for (int u = 0; u < kFewSplits; ++u) {
+      const bool in = s0 + u < run.y;
+      const int64_t slot = first + (s0 + u) * stride;
+      ls[u] = in ? p.partial_lse[slot] : -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[u][i] = in ? *reinterpret_cast<const float4*>(p.partial_out + slot * kCkvDim + lane * 4 + i * 128)
+                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kFewSplits; ++u) m_new = fmaxf(m_new, ls[u]);
+    if (m_new == -INFINITY) continue;
+    const float scale = exp2f(m - m_new);
+    l *= scale;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i].x *= scale, acc[i].y *= scale, acc[i].z *= scale, acc[i].w *= scale;
+    l += add_weighted_splits(acc, ls, v, m_new);
+    m = m_new;
+  }
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + lane * 4;
+  const bool any = m != -INFINITY;
+  const float inv = any ? 1.f / l : 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(ptx::pack_bf16x2(acc[i].x * inv, acc[i].y * inv),
+                                                          ptx::pack_bf16x2(acc[i].z * inv, acc[i].w * inv));
+  if (lane == 0) p.lse[t * p.lse_token_stride + h] = any ? m + log2f(l) : -INFINITY;
 }
 
 // Many splits: one block per (token, head, 512 / kParts dims). Warp w merges splits w, w+8, ...
@@ -647,17 +847,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     l *= scale;
 #pragma unroll
     for (int i = 0; i < kVec; ++i) acc[i].x *= scale, acc[i].y *= scale, acc[i].z *= scale, acc[i].w *= scale;
-#pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) {
-      const bool live = ls[u] != -INFINITY;
-      const float w = live ? exp2f(ls[u] - m_new) : 0.f;
-      l += w;
-#pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        acc[i].x += live ? w * v[u][i].x : 0.f; acc[i].y += live ? w * v[u][i].y : 0.f;
-        acc[i].z += live ? w * v[u][i].z : 0.f; acc[i].w += live ? w * v[u][i].w : 0.f;
-      }
-    }
+    l += add_weighted_splits(acc, ls, v, m_new);
     m = m_new;
   }
   if (lane == 0) {
@@ -705,11 +895,11 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
-template <int BK, int kStage = kStageFull, bool kRowOrder = false>
+template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder>;
-  const int smem = TileShape<BK, kStages>::smem_bytes(splitk_listed_positions(p.fused_rows, p.topk, p.chunk));
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced>;
+  const int smem = TileShape<BK, kStages>::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
   int device = 0;
@@ -719,13 +909,18 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
                                         TileShape<BK, kStages>::smem_bytes(kMaxChunk)));
     configured_smem[device] = TileShape<BK, kStages>::smem_bytes(kMaxChunk);
   }
-  const int64_t ctas = (int64_t)p.num_tokens * (p.num_heads / kHeadGroup) * p.splits;
+  const int64_t ctas = (int64_t)(kBalanced ? p.balanced_slots : p.num_tokens * p.splits) * (p.num_heads / kHeadGroup);
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+  if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull) {
+    if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true>(p, stream);
+  } else {
+    if (p.balanced_slots > 0) throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
+  }
   if (p.row_order_bits > 0)
     launch_splitk_instance<BK, kStage, true>(p, stream);
   else
@@ -760,8 +955,20 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
   if (p.splits > 1) launch_sparse_mla_combine(p, stream);
 }
 
+void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {
+  sparse_mla_count_rows_kernel<<<static_cast<unsigned>(p.num_tokens), kThreads, 0, stream>>>(p);
+  DSA_CUDA_CHECK(cudaGetLastError());
+  sparse_mla_schedule_kernel<<<1, kThreads, 0, stream>>>(p);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
 void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
+  if (p.balanced_slots > 0) {
+    launch_dependent(sparse_mla_combine_runs_kernel, dim3(static_cast<unsigned>((heads + kCombineWarps - 1) / kCombineWarps)),
+                     dim3(kCombineThreads), 0, stream, p);
+    return;
+  }
   const bool few = p.splits <= kFewSplits;
   const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
   const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));

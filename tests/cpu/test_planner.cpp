@@ -1,5 +1,7 @@
 // Planner decisions on a described H100: invariants over a grid of shapes, and the choices
 // that matter for speed at both ends.
+#include <algorithm>
+#include <functional>
 #include <limits>
 
 #include <gtest/gtest.h>
@@ -302,6 +304,54 @@ TEST(Planner, ForcedChoicesAreHonouredAndChecked) {
   EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{48, 0}), Error);  // no such tile
   EXPECT_THROW(plan_sparse_mla(4, 16, 5000, kH100, PlanChoice{0, 2}), Error);   // chunk > 2048
   EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 5000}), Error);
+}
+
+// Balanced split-K (SparseMlaPlan::balanced): one wave of split slots (two CTAs per SM), at
+// least one per token, given out by a schedule the caller makes; the planner never picks it.
+TEST(Planner, BalancedScheduleWhenForcedAndItsLimits) {
+  PlanChoice on;
+  on.balanced = 1;
+  for (int T : {1, 8, 64, 300, 1024})
+    for (int H : {16, 32, 64, 128}) {
+      SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H);
+      const SparseMlaPlan planner = plan_sparse_mla(T, H, 2048, kH100);
+      EXPECT_FALSE(planner.balanced);
+      EXPECT_EQ(planner.schedule_bytes, 0u);
+      const SparseMlaPlan p = plan_sparse_mla(T, H, 2048, kH100, on, IndexSharing::consecutive);
+      EXPECT_TRUE(p.balanced);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::split_k);
+      EXPECT_EQ(p.block_keys, 32);
+      EXPECT_EQ(p.chunk, 32);
+      EXPECT_EQ(p.splits, 64);  // the most one token can get: a split per tile
+      EXPECT_EQ(p.fused_rows, 0);
+      EXPECT_FALSE(p.row_order);
+      const int slots = std::max(T, 264 / (H / 16));
+      EXPECT_EQ(p.ctas, slots * (H / 16));
+      EXPECT_EQ(p.launches, 2);  // main, combine
+      EXPECT_EQ(p.workspace_bytes, size_t(slots) * H * 513 * 4);
+      // header, a 16-byte entry per slot, 8 + 4 bytes per token, rounded to 16
+      EXPECT_EQ(p.schedule_bytes, (16 + size_t(slots) * 16 + size_t(T) * 12 + 15) / 16 * 16);
+    }
+  const SparseMlaPlan empty = plan_sparse_mla(0, 16, 2048, kH100, on);
+  EXPECT_EQ(empty.launches, 0);
+  EXPECT_EQ(empty.schedule_bytes, 0u);
+  EXPECT_EQ(plan_sparse_mla(4, 16, 63, kH100, on).splits, 2);
+  EXPECT_THROW(plan_sparse_mla(1025, 16, 2048, kH100, on), Error);  // 8 tokens per thread of one block
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2049, kH100, on), Error);     // longer than one CTA reads
+  EXPECT_THROW(plan_sparse_mla(4, 16, 32, kH100, on), Error);       // one tile: one split
+  // Choices a balanced plan cannot take.
+  const std::vector<std::function<void(PlanChoice&)>> conflicts = {
+      [](PlanChoice& c) { c.block_keys = 64; },   [](PlanChoice& c) { c.splits = 4; },
+      [](PlanChoice& c) { c.fused_rows = 100; },  [](PlanChoice& c) { c.row_order = 1; },
+      [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::shared_rows; }, [](PlanChoice& c) { c.balanced = 2; }};
+  for (size_t i = 0; i < conflicts.size(); ++i) {
+    PlanChoice bad = on;
+    conflicts[i](bad);
+    EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, bad), Error) << "conflict " << i;
+  }
+  PlanChoice off;
+  off.balanced = -1;
+  EXPECT_FALSE(plan_sparse_mla(8, 16, 2048, kH100, off).balanced);
 }
 
 TEST(Planner, RejectsUnsupportedShapesAndDevices) {

@@ -18,6 +18,7 @@
 
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
+#include "sparse_mla/params.h"  // the balanced schedule's host rule and layout
 #include "device_buffer.h"
 #include "host_problem.h"
 
@@ -636,6 +637,137 @@ TEST_F(Gpu, FusedRowsAgreeWithTheReferenceAndWithMergedSplits) {
     }
 }
 
+// ---- balanced split-K: splits sized by each token's valid rows, from a schedule per step -----
+SparseMlaPlan balanced_plan(const HostProblem& hp) {
+  PlanChoice on;
+  on.balanced = 1;
+  return plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), on);
+}
+
+// A balanced forward on `hp` judged against the reference, its schedule made from
+// `schedule_from`'s indices (another problem of the same shape, or hp itself) into a poisoned
+// buffer, the workspace and outputs poisoned too. `schedule` receives the buffer's bytes.
+Agreement balanced_forward_and_judge(const HostProblem& hp, const HostProblem& schedule_from,
+                                     std::vector<uint8_t>* schedule = nullptr) {
+  const SparseMlaPlan plan = balanced_plan(hp);
+  EXPECT_TRUE(plan.balanced);
+  DeviceProblem d(hp), d_from(schedule_from);
+  std::vector<double> ro, rl;
+  reference(hp, ro, rl);
+  d.poison();
+  DeviceBuffer<uint8_t> sched(plan.schedule_bytes), ws(plan.workspace_bytes);
+  EXPECT_EQ(cudaMemset(sched.ptr, 0xff, plan.schedule_bytes), cudaSuccess);
+  EXPECT_EQ(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes), cudaSuccess);
+  make_sparse_mla_schedule(d_from.view(), plan, sched.ptr, plan.schedule_bytes, nullptr);
+  SparseMlaProblem p = d.view();
+  p.schedule = sched.ptr;
+  sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (schedule != nullptr) *schedule = sched.get();
+  return judge(d, ro, rl);
+}
+
+struct BalancedCase {
+  const char* name;
+  int T, H, topk;
+  IndexPattern pattern;     // with counts empty
+  std::vector<int> counts;  // valid rows per token (cycled), topk 2048
+};
+
+class Balanced : public GpuWithParam<BalancedCase> {};
+
+// The result against the reference, and each token's (first slot, splits) in the schedule
+// against the host rule of params.h over the same counts.
+TEST_P(Balanced, MatchesReferenceAndTheHostSchedule) {
+  const BalancedCase c = GetParam();
+  const uint64_t seed = seed_of(c.T, c.H, c.topk, int(c.pattern) + int(c.counts.size()));
+  const HostProblem hp = c.counts.empty() ? make_problem(c.T, c.H, c.topk, 64, 128, c.pattern, seed)
+                                          : problem_with_valid_counts(c.T, c.H, c.counts, seed);
+  std::vector<uint8_t> w;
+  const Agreement a = balanced_forward_and_judge(hp, hp, &w);
+  EXPECT_TRUE(a.ok()) << a.summary();
+
+  const SparseMlaPlan plan = balanced_plan(hp);
+  const int slots = plan.ctas / (hp.H / kHeadGroup);
+  std::vector<int> tiles(hp.T);
+  for (int t = 0; t < hp.T; ++t) {
+    int n = 0;
+    for (int k = 0; k < hp.topk; ++k) n += detail::names_a_row(hp.indices[size_t(t) * hp.topk + k], int(hp.rows()));
+    tiles[t] = (n + plan.block_keys - 1) / plan.block_keys;
+  }
+  const int k = detail::balanced_tiles_per_split(tiles.data(), hp.T, slots, plan.splits);
+  const detail::ScheduleLayout l = detail::schedule_layout(hp.T, slots);
+  int first = 0;
+  for (int t = 0; t < hp.T; ++t) {
+    int run[2];
+    std::memcpy(run, &w[l.token_splits + size_t(t) * 8], 8);
+    const int splits = detail::balanced_splits_of(tiles[t], k);
+    ASSERT_EQ(run[0], first) << "token " << t << " (tiles per split " << k << ")";
+    ASSERT_EQ(run[1], splits) << "token " << t << " tiles " << tiles[t] << " (tiles per split " << k << ")";
+    first += splits;
+  }
+  EXPECT_LE(first, slots);
+}
+
+std::vector<BalancedCase> balanced_cases() {
+  const std::vector<int> mixed = {0, 1, 2048, 31, 32, 33, 700, 5, 1500, 64, 337, 2047};
+  return {
+      {"T8_runs_mixed", 8, 16, 2048, IndexPattern::random, {1, 2048, 33, 700, 5, 1500, 64, 337}},
+      {"T64_mixed", 64, 16, 2048, IndexPattern::random, mixed},
+      {"T3_H32_mixed", 3, 32, 2048, IndexPattern::random, mixed},
+      {"T2_H64_mixed", 2, 64, 2048, IndexPattern::random, {2048, 40}},
+      {"T300_runs", 300, 16, 2048, IndexPattern::runs, {}},  // more tokens than one wave's slots
+      {"T1000_topk100", 1000, 16, 100, IndexPattern::padding_middle, {}},  // 8 tokens per thread
+      {"T1_random", 1, 16, 2048, IndexPattern::random, {}},
+      {"T4_all_padding", 4, 16, 2048, IndexPattern::all_padding, {}},
+      {"T6_single_valid", 6, 16, 2048, IndexPattern::single_valid, {}},
+      {"T5_H64_topk63", 5, 64, 63, IndexPattern::padding_middle, {}},
+      {"T2_H128_topk64_dups", 2, 128, 64, IndexPattern::duplicates, {}},
+      {"T17_topk2047_out_of_range", 17, 16, 2047, IndexPattern::out_of_range, {}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, Balanced, ::testing::ValuesIn(balanced_cases()),
+                         [](const ::testing::TestParamInfo<BalancedCase>& info) { return std::string(info.param.name); });
+
+// A schedule made from other counts (another layer, a stale step) changes the splits, never the result.
+TEST_F(Gpu, BalancedScheduleFromOtherCountsStaysCorrect) {
+  const HostProblem hp = problem_with_valid_counts(64, 16, {1, 2048, 33, 700, 5, 1500, 64, 337}, 901);
+  const HostProblem other = problem_with_valid_counts(64, 16, {2048, 3, 0, 1024, 64}, 902);
+  const Agreement a = balanced_forward_and_judge(hp, other);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+TEST_F(Gpu, BalancedPlansNeedTheirScheduleAndOnlyThey) {
+  const HostProblem hp = make_problem(8, 16, 2048, 64, 64, IndexPattern::runs, 903);
+  const SparseMlaPlan plan = balanced_plan(hp);
+  const SparseMlaPlan plain = plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0));
+  DeviceProblem d(hp);
+  SparseMlaProblem p = d.view();
+  DeviceBuffer<uint8_t> ws(std::max(plan.workspace_bytes, plain.workspace_bytes)), schedule(plan.schedule_bytes);
+  const auto message = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr); }).find("schedule"), std::string::npos);
+  EXPECT_NE(message([&] { make_sparse_mla_schedule(p, plain, schedule.ptr, plan.schedule_bytes, nullptr); }).find("plan"),
+            std::string::npos);
+  EXPECT_NE(message([&] { make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes - 16, nullptr); }).find("schedule_bytes"),
+            std::string::npos);
+  EXPECT_NE(message([&] { make_sparse_mla_schedule(p, plan, nullptr, plan.schedule_bytes, nullptr); }).find("schedule"),
+            std::string::npos);
+  p.schedule = schedule.ptr;
+  EXPECT_NE(message([&] { sparse_mla_forward(p, plain, ws.ptr, plain.workspace_bytes, nullptr); }).find("schedule"), std::string::npos);
+  SparseMlaPlan edited = plan;
+  edited.ctas += 1;
+  EXPECT_NE(message([&] { sparse_mla_forward(p, edited, ws.ptr, plan.workspace_bytes, nullptr); }).find("plan"), std::string::npos);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing was launched
+}
+
 // ---- strided q/out/lse and a combined ckv|kpe cache ----------------------------------------
 TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   const HostProblem hp = make_problem(5, 16, 300, 16, 64, IndexPattern::random, 1234);
@@ -720,9 +852,13 @@ TEST_F(Gpu, ZeroTokensWritesNothing) {
 // reference.
 void expect_graph_replays_agree(const HostProblem& hp, const SparseMlaPlan& plan) {
   DeviceProblem d(hp);
-  const SparseMlaProblem p = d.view();
-  DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-  CapturedGraph graph([&](cudaStream_t stream) { sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream); });
+  SparseMlaProblem p = d.view();
+  DeviceBuffer<uint8_t> ws(plan.workspace_bytes), schedule(plan.schedule_bytes);
+  if (plan.balanced) p.schedule = schedule.ptr;
+  CapturedGraph graph([&](cudaStream_t stream) {  // a balanced plan: its schedule is made in the graph too
+    if (plan.balanced) make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes, stream);
+    sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream);
+  });
   ASSERT_TRUE(graph.ok());
   for (int round = 0; round < 3; ++round) {
     // New q and indices each replay, written into the captured buffers.
@@ -737,6 +873,7 @@ void expect_graph_replays_agree(const HostProblem& hp, const SparseMlaPlan& plan
     CUDA_OK(d.indices.set(next.indices));
     d.poison();
     if (plan.workspace_bytes > 0) CUDA_OK(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes));  // no record of the last replay survives
+    if (plan.schedule_bytes > 0) CUDA_OK(cudaMemset(schedule.ptr, 0xff, plan.schedule_bytes));
     CUDA_OK(graph.replay());
     std::vector<double> ro, rl;
     reference(next, ro, rl);
@@ -758,6 +895,15 @@ TEST_F(Gpu, SharedRowsGraphCaptureAndReplay) {
   const HostProblem hp = make_problem(61, 16, 2048, 64, 64, IndexPattern::runs, 556);
   const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
   ASSERT_EQ(plan.launches, 3);
+  expect_graph_replays_agree(hp, plan);
+}
+
+// The balanced chain (count and schedule kernels, main, combine) in a graph: every replay's
+// indices make its schedule.
+TEST_F(Gpu, BalancedGraphCaptureAndReplay) {
+  const HostProblem hp = make_problem(9, 16, 2048, 64, 64, IndexPattern::runs, 557);
+  const SparseMlaPlan plan = balanced_plan(hp);
+  ASSERT_TRUE(plan.balanced);
   expect_graph_replays_agree(hp, plan);
 }
 

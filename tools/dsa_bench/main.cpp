@@ -48,6 +48,7 @@ struct Options : TimingOptions {
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0, fused_rows = 0;
   std::string row_order = "auto";
+  bool balanced = false;  // a balanced plan, its schedule made once before the timed calls
   std::string kernel = "auto";  // auto (planner), split-k, shared-rows
   std::string sharing = "unknown";  // the planner's IndexSharing hint: unknown, consecutive, none
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
@@ -167,6 +168,7 @@ PlanChoice plan_choice(const Options& o) {
   if (o.kernel == "shared-rows") c.kernel = PlanChoice::Kernel::shared_rows;
   c.fused_rows = o.fused_rows;
   c.row_order = o.row_order == "on" ? 1 : o.row_order == "off" ? -1 : 0;
+  c.balanced = o.balanced ? 1 : 0;
   return c;
 }
 
@@ -300,6 +302,16 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
   cudaStream_t stream = nullptr;
+  // A balanced plan's schedule, made once from the case's indices as an engine makes it once
+  // per decode step (outside every timed call).
+  DevicePtr d_schedule;
+  if (res.plan.balanced) {
+    void* schedule = nullptr;
+    DSA_CUDA_CHECK(cudaMalloc(&schedule, res.plan.schedule_bytes));
+    d_schedule.reset(schedule);
+    make_sparse_mla_schedule(p, res.plan, schedule, res.plan.schedule_bytes, stream);
+    p.schedule = schedule;
+  }
 
   // Verify first: the kernel and the GPU reference on the same inputs, outputs poisoned.
   sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream);
@@ -385,7 +397,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
   timer.set_after_flush(nullptr, 0);
-  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k;  // stage variants exist for it only
+  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k && !res.plan.balanced;  // stage variants exist for it only
   if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
   if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
     constexpr int kCalls = 16;
@@ -475,6 +487,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     else
       std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
     if (r.plan.row_order) std::strncat(plan, ",o", sizeof plan - std::strlen(plan) - 1);  // rows in row order
+    if (r.plan.balanced) std::strncat(plan, ",b", sizeof plan - std::strlen(plan) - 1);   // splits from a schedule
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
     std::string parts;  // each kernel's span, in launch order
     for (double us : r.kernel.per_kernel_median_us) {
@@ -513,7 +526,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"row_order", r.plan.row_order}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
@@ -815,6 +828,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(-1, dsa::SparseMlaPlan::kMaxChunk));
   app.add_option("--row-order", o.row_order, "override the plan's row order: auto, on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_flag("--balanced", o.balanced,
+               "a balanced split-K plan (splits sized by each token's valid rows), its schedule made once before the timed calls");
   app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (64 query rows per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--sharing", o.sharing, "the planner's hint: unknown, consecutive (prefill: tokens share rows), none (decode)")
