@@ -39,7 +39,6 @@ size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int sp
   return shared_rows_union_bytes(num_tokens, num_heads, topk, union_pass) + workspace_for(num_tokens, num_heads, splits);
 }
 
-// Points p's partials into a workspace that holds them from byte `offset` on.
 // Balanced split-K's workspace: fp32 partial outputs [slots, H, 512] and lse [slots, H], by split slot.
 size_t balanced_workspace_for(int num_heads, int slots) {
   return static_cast<size_t>(slots) * num_heads * (kCkvDim + 1) * sizeof(float);
@@ -60,6 +59,7 @@ void set_balanced(detail::SparseMlaParams& p, const SparseMlaPlan& plan, void* w
   }
 }
 
+// Points p's partials into a workspace that holds them from byte `offset` on.
 void set_partials(detail::SparseMlaParams& p, void* workspace, size_t offset) {
   if (p.splits <= 1) return;
   p.partial_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + offset);
@@ -193,13 +193,13 @@ static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
     fail("plan", "inconsistent fused_rows");
 }
 
-// A forced row_order: -1, 0 or 1, and on only where the plan reads lists in position order.
 // A balanced choice: -1, 0 or 1.
 static void check_balanced_choice(const PlanChoice& choice) {
   if (choice.balanced < -1 || choice.balanced > 1)
     fail("balanced", "must be -1, 0 or 1, got " + std::to_string(choice.balanced));
 }
 
+// A forced row_order: -1, 0 or 1, and on only where the plan reads lists in position order.
 static void check_row_order_choice(const PlanChoice& choice, bool orderable) {
   if (choice.row_order < -1 || choice.row_order > 1)
     fail("row_order", "must be -1, 0 or 1, got " + std::to_string(choice.row_order));
