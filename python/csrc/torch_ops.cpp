@@ -3,6 +3,7 @@
 // caching allocator, and the current stream. All logic stays in the C++ library.
 #include <Python.h>
 
+#include <mutex>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -109,12 +110,69 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   return p;
 }
 
+// A balanced plan (dsa::PlanChoice::balanced) for a shape on a device; the device's answers are
+// cached (attribute queries cost microseconds). The schedule op and the forward make the same one.
+dsa::SparseMlaPlan balanced_plan(int64_t T, int64_t H, int64_t topk, const at::Device& device) {
+  static std::mutex mu;
+  static dsa::DeviceInfo cache[64];
+  const int d = device.index() < 0 ? 0 : device.index();
+  dsa::DeviceInfo info;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (d >= 64) {
+      info = dsa::DeviceInfo::from_device(d);
+    } else {
+      if (cache[d].sm_count == 0) cache[d] = dsa::DeviceInfo::from_device(d);
+      info = cache[d];
+    }
+  }
+  dsa::PlanChoice choice;
+  choice.balanced = 1;
+  return dsa::plan_sparse_mla(static_cast<int>(T), static_cast<int>(H), static_cast<int>(topk), info, choice);
+}
+
+// The schedule of a balanced forward (dsa::make_sparse_mla_schedule), made once per decode step
+// from any layer's indices: a uint8 tensor on the indices' device.
+at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_heads) {
+  check_input(idx, "sparse_indices", at::kInt, 2, idx.device());
+  check_input(ckv, "ckv_cache", at::kBFloat16, 3, idx.device());
+  const c10::cuda::CUDAGuard guard(idx.device());
+  at::Tensor sched;
+  try {
+    const dsa::SparseMlaPlan plan = balanced_plan(idx.size(0), num_heads, idx.size(1), idx.device());
+    sched = at::empty({static_cast<int64_t>(plan.schedule_bytes)}, idx.options().dtype(at::kByte));
+    dsa::SparseMlaProblem p;
+    p.num_tokens = static_cast<int>(idx.size(0));
+    p.num_heads = static_cast<int>(num_heads);
+    p.topk = static_cast<int>(idx.size(1));
+    p.num_pages = static_cast<int>(ckv.size(0));
+    p.page_size = static_cast<int>(ckv.size(1));
+    p.indices = idx.data_ptr<int32_t>();
+    p.indices_token_stride = idx.size(0) <= 1 ? 0 : idx.stride(0);
+    if (plan.schedule_bytes > 0)
+      dsa::make_sparse_mla_schedule(p, plan, sched.data_ptr(), plan.schedule_bytes, at::cuda::getCurrentCUDAStream());
+  } catch (const dsa::Error& e) {
+    TORCH_CHECK(false, "dsa.sparse_mla_schedule: ", e.what());
+  }
+  return sched;
+}
+
 void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const at::Tensor& kpe,
-                 const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse, c10::string_view index_sharing) {
-  const dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);  // checks first
+                 const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse, c10::string_view index_sharing,
+                 const c10::optional<at::Tensor>& sched) {
+  dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);  // checks first
+  if (sched.has_value()) {
+    check_input(*sched, "schedule", at::kByte, 1, q_nope.device());
+    p.schedule = sched->data_ptr();
+  }
   const c10::cuda::CUDAGuard guard(q_nope.device());
   try {
-    const dsa::SparseMlaPlan plan = dsa::plan_sparse_mla(p);
+    const dsa::SparseMlaPlan plan =
+        sched.has_value() ? balanced_plan(p.num_tokens, p.num_heads, p.topk, q_nope.device()) : dsa::plan_sparse_mla(p);
+    if (sched.has_value())
+      TORCH_CHECK(static_cast<size_t>(sched->numel()) >= plan.schedule_bytes, "dsa.sparse_mla_forward: schedule has ",
+                  num(sched->numel()), " bytes, the plan's needs ", num(static_cast<int64_t>(plan.schedule_bytes)),
+                  " (made for another shape? use dsa.sparse_mla_schedule)");
     // Caching allocator: no cudaMalloc per call, and graph-capture safe. One split needs none.
     at::Tensor ws;
     if (plan.workspace_bytes > 0)
@@ -128,37 +186,50 @@ void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Ten
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
                                            const at::Tensor& kpe, const at::Tensor& idx, double sm_scale,
-                                           c10::string_view index_sharing) {
+                                           c10::string_view index_sharing, const c10::optional<at::Tensor>& sched) {
   TORCH_CHECK(q_nope.dim() == 3, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
   at::Tensor out = at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16));
   at::Tensor lse = at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat));
-  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);
+  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, sched);
   return {out, lse};
 }
 
 // Shapes only, for tracing (torch.compile, fake tensors).
 std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& q_nope, const at::Tensor&, const at::Tensor&,
-                                                const at::Tensor&, const at::Tensor&, double, c10::string_view) {
+                                                const at::Tensor&, const at::Tensor&, double, c10::string_view,
+                                                const c10::optional<at::Tensor>&) {
   return {at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16)),
           at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat))};
 }
 
 void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                      double, at::Tensor&, at::Tensor&, c10::string_view) {}
+                      double, at::Tensor&, at::Tensor&, c10::string_view, const c10::optional<at::Tensor>&) {}
+
+// The schedule's size needs the plan, so the device's SM count: the tracing device's (the CUDA
+// device the indices will be on; 0 when traced on the meta device).
+at::Tensor schedule_meta(const at::Tensor& idx, const at::Tensor&, int64_t num_heads) {
+  const at::Device device = idx.is_cuda() ? idx.device() : at::Device(at::kCUDA, 0);
+  const dsa::SparseMlaPlan plan = balanced_plan(idx.size(0), num_heads, idx.size(1), device);
+  return at::empty({static_cast<int64_t>(plan.schedule_bytes)}, idx.options().dtype(at::kByte));
+}
 
 }  // namespace
 
 TORCH_LIBRARY(dsa, m) {
   // index_sharing: the planner's hint (dsa::IndexSharing): "unknown", "consecutive" or "none".
+  // schedule: a balanced plan's (dsa::SparseMlaPlan::balanced), from sparse_mla_schedule.
   m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, Tensor sparse_indices, "
-        "float sm_scale, str index_sharing=\"unknown\") -> (Tensor, Tensor)");
+        "float sm_scale, str index_sharing=\"unknown\", Tensor? schedule=None) -> (Tensor, Tensor)");
   m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, "
-        "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse, str index_sharing=\"unknown\") -> ()");
+        "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse, str index_sharing=\"unknown\", "
+        "Tensor? schedule=None) -> ()");
+  m.def("sparse_mla_schedule(Tensor sparse_indices, Tensor ckv_cache, int num_heads) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(dsa, CUDA, m) {
   m.impl("sparse_mla_forward", &forward);
   m.impl("sparse_mla_forward_out", &forward_out);
+  m.impl("sparse_mla_schedule", &schedule);
 }
 
 // Inference ops without a backward: fall through the autograd key instead of the boxed
@@ -166,17 +237,20 @@ TORCH_LIBRARY_IMPL(dsa, CUDA, m) {
 TORCH_LIBRARY_IMPL(dsa, Autograd, m) {
   m.impl("sparse_mla_forward", torch::CppFunction::makeFallthrough());
   m.impl("sparse_mla_forward_out", torch::CppFunction::makeFallthrough());
+  m.impl("sparse_mla_schedule", torch::CppFunction::makeFallthrough());
 }
 
 // CPU tensors reach the same checks and get a clear "must be a CUDA tensor" error.
 TORCH_LIBRARY_IMPL(dsa, CPU, m) {
   m.impl("sparse_mla_forward", &forward);
   m.impl("sparse_mla_forward_out", &forward_out);
+  m.impl("sparse_mla_schedule", &schedule);
 }
 
 TORCH_LIBRARY_IMPL(dsa, Meta, m) {
   m.impl("sparse_mla_forward", &forward_meta);
   m.impl("sparse_mla_forward_out", &forward_out_meta);
+  m.impl("sparse_mla_schedule", &schedule_meta);
 }
 
 // The extension is imported as dsa._C only for its side effect: registering the ops above.

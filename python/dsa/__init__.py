@@ -1,10 +1,12 @@
 """dsa: sparse MLA attention (DeepSeek Sparse Attention) for Hopper, as PyTorch ops.
 
 torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
-                                 index_sharing="unknown")
+                                 index_sharing="unknown", schedule=None)
     -> (out, lse)                      functional; what torch.compile and CUDA graphs see
-torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unknown") -> ()
+torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unknown", schedule=None) -> ()
                                        writes caller buffers
+torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, num_heads) -> schedule (uint8)
+                                       a balanced forward's schedule, once per decode step
 
 Shapes: q_nope [T, H, 512] bf16, q_pe [T, H, 64] bf16, ckv_cache [pages, page_size, 512] bf16,
 kpe_cache [pages, page_size, 64] bf16, sparse_indices [T, topk] int32 (flat rows
@@ -12,29 +14,40 @@ page * page_size + offset, -1 = padding); out [T, H, 512] bf16, lse [T, H] fp32 
 index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
 prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch,
 "unknown" (the default) when the call may be either. It matters at 16 and 32 heads only.
+schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
+token's splits sized by its valid rows. Make it once per decode step from any layer's indices
+(sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths
+from ~64 tokens at 16 heads (32 at 32 heads) and loses below (docs/perf.md, "Balanced splits").
 """
 import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.dsa.*)
 
-__all__ = ["sparse_mla_forward", "run"]
+__all__ = ["sparse_mla_forward", "sparse_mla_schedule", "run"]
+
+
+def sparse_mla_schedule(sparse_indices, ckv_cache, num_heads):
+    """The balanced forward's schedule (a uint8 tensor), made on the current CUDA stream from one
+    layer's indices; pass it as schedule= to every layer's forward of the same decode step."""
+    return torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, int(num_heads))
 
 
 def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale, *, out=None, lse=None,
-                       index_sharing="unknown"):
+                       index_sharing="unknown", schedule=None):
     """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
     writes into them (and returns them), allocating whichever is missing. index_sharing:
-    "unknown", "consecutive" (prefill) or "none" (decode), the planner's hint."""
+    "unknown", "consecutive" (prefill) or "none" (decode), the planner's hint. schedule: from
+    sparse_mla_schedule, for the balanced plan."""
     if out is None and lse is None:
         return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale),
-                                                index_sharing)
+                                                index_sharing, schedule)
     T, H = q_nope.shape[0], q_nope.shape[1]
     if out is None:
         out = torch.empty((T, H, 512), dtype=torch.bfloat16, device=q_nope.device)
     if lse is None:
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
     torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse,
-                                         index_sharing)
+                                         index_sharing, schedule)
     return out, lse
 
 

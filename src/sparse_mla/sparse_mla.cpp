@@ -140,19 +140,27 @@ DeviceInfo DeviceInfo::from_device(int device) {
   return d;
 }
 
-void validate(const SparseMlaProblem& p) {
+// What reading the index lists needs: the shape, the cache's row count, the indices and their
+// stride (make_sparse_mla_schedule reads no more; validate checks the rest).
+static void validate_indices(const SparseMlaProblem& p) {
   validate_shape(p.num_tokens, p.num_heads, p.topk);
-  validate_sharing(p.index_sharing);
   if (p.page_size < 1) fail("page_size", "must be >= 1, got " + std::to_string(p.page_size));
   if (p.num_pages < 1) fail("num_pages", "must be >= 1, got " + std::to_string(p.num_pages));
   if (static_cast<int64_t>(p.num_pages) * p.page_size > std::numeric_limits<int32_t>::max())
     fail("num_pages", "num_pages * page_size must fit int32 indices");
+  require_pointer(p.indices, "indices", 4);
+  const int64_t idx_stride = resolve(p).idx;
+  if (idx_stride < p.topk) fail("indices_token_stride", "must be >= topk, got " + std::to_string(idx_stride));
+}
+
+void validate(const SparseMlaProblem& p) {
+  validate_indices(p);
+  validate_sharing(p.index_sharing);
   if (!std::isfinite(p.sm_scale)) fail("sm_scale", "must be finite");
   require_pointer(p.q_nope, "q_nope", 16);
   require_pointer(p.q_pe, "q_pe", 16);
   require_pointer(p.ckv_cache, "ckv_cache", 16);
   require_pointer(p.kpe_cache, "kpe_cache", 16);
-  require_pointer(p.indices, "indices", 4);
   require_pointer(p.out, "out", 16);
   require_pointer(p.lse, "lse", 4);
   const ResolvedStrides s = resolve(p);
@@ -166,7 +174,6 @@ void validate(const SparseMlaProblem& p) {
   require_vector_stride(s.out_h, "out_head_stride");
   if (s.ckv < kCkvDim) fail("ckv_row_stride", "must be >= 512, got " + std::to_string(s.ckv));
   if (s.kpe < kKpeDim) fail("kpe_row_stride", "must be >= 64, got " + std::to_string(s.kpe));
-  if (s.idx < p.topk) fail("indices_token_stride", "must be >= topk, got " + std::to_string(s.idx));
   require_disjoint("out", kCkvDim, {{s.out_t, p.num_tokens}, {s.out_h, p.num_heads}});
   require_disjoint("lse", 1, {{s.lse_t, p.num_tokens}, {1, p.num_heads}});
 }
@@ -462,7 +469,7 @@ static void check_balanced_plan(const SparseMlaPlan& plan) {
 
 void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* schedule,
                               size_t schedule_bytes, cudaStream_t stream) {
-  validate(problem);
+  validate_indices(problem);
   if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
     fail("plan", "was made for another shape (T, H, topk)");
   if (!plan.balanced) fail("plan", "is not balanced: only a balanced plan takes a schedule (PlanChoice::balanced)");

@@ -185,3 +185,47 @@ def test_bad_index_sharing_is_a_clear_error():
     args = make_inputs(T=2, seed=52)
     with pytest.raises(RuntimeError, match="index_sharing must be 'unknown', 'consecutive'"):
         dsa.sparse_mla_forward(*args, SM_SCALE, index_sharing="prefill")
+
+
+def test_balanced_schedule_matches_the_reference_even_when_stale():
+    # Mixed lengths (page-aligned runs of 1-2048 rows) at T = 70: the balanced plan's regime.
+    args = make_inputs(T=70, H=16, pattern="run", num_pages=64, seed=61)
+    ref = reference(*args, SM_SCALE)
+    sched = dsa.sparse_mla_schedule(args[4], args[2], 16)
+    assert sched.dtype == torch.uint8 and sched.is_cuda
+    check(dsa.sparse_mla_forward(*args, SM_SCALE, schedule=sched), ref)
+    # A schedule from another step's indices (other counts, the same shape) changes the speed only.
+    stale = dsa.sparse_mla_schedule(make_inputs(T=70, H=16, pattern="random", num_pages=64, seed=62)[4], args[2], 16)
+    check(dsa.sparse_mla_forward(*args, SM_SCALE, schedule=stale), ref)
+    out = torch.empty(70, 16, 512, dtype=torch.bfloat16, device=DEV)
+    check(dsa.sparse_mla_forward(*args, SM_SCALE, out=out, schedule=sched), ref)
+
+
+def test_balanced_schedule_and_forward_in_a_cuda_graph():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=9, H=32, pattern="run", seed=63)
+    dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, schedule=dsa.sparse_mla_schedule(idx, ckv, 32))
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        sched = dsa.sparse_mla_schedule(idx, ckv, 32)
+        out, lse = dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, schedule=sched)
+    for seed in (64, 65):
+        nq, nqp, nckv, nkpe, nidx = make_inputs(T=9, H=32, pattern="run", seed=seed)
+        q_nope.copy_(nq); q_pe.copy_(nqp); ckv.copy_(nckv); kpe.copy_(nkpe); idx.copy_(nidx)
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        check((out, lse), reference(nq, nqp, nckv, nkpe, nidx, SM_SCALE))
+
+
+def test_balanced_schedule_errors_are_clear():
+    args = make_inputs(T=4, seed=66)
+    sched = dsa.sparse_mla_schedule(args[4], args[2], 16)
+    with pytest.raises(RuntimeError, match="schedule has"):
+        dsa.sparse_mla_forward(*args, SM_SCALE, schedule=sched[:16])
+    with pytest.raises(RuntimeError, match="schedule must be Byte"):
+        dsa.sparse_mla_forward(*args, SM_SCALE, schedule=sched.int())
+    with pytest.raises(RuntimeError, match="sparse_indices must be a CUDA tensor"):
+        dsa.sparse_mla_schedule(args[4].cpu(), args[2], 16)
+    with pytest.raises(RuntimeError, match="num_tokens <= 1024"):
+        dsa.sparse_mla_schedule(torch.zeros(1025, 64, dtype=torch.int32, device=DEV), args[2], 16)
