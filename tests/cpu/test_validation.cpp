@@ -151,6 +151,58 @@ TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   EXPECT_TRUE(refused(plan));
 }
 
+// A balanced plan's schedule (SparseMlaPlan::balanced): every misuse is refused by name before
+// any launch, so these run without a GPU; the schedule reads only the indices and the shape.
+TEST(Validate, BalancedScheduleMisuseIsNamedBeforeAnyLaunch) {
+  Buffers b;
+  const DeviceInfo h100{132, 232448, 9, 0};
+  SparseMlaProblem p = good(b);
+  PlanChoice on;
+  on.balanced = 1;
+  const SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, h100, on);
+  const SparseMlaPlan plain = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, h100);
+  ASSERT_TRUE(plan.balanced);
+  ASSERT_GT(plan.schedule_bytes, 0u);
+  void* sched = b.big.data();
+  const auto error_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto make = [&](const SparseMlaProblem& q, const SparseMlaPlan& pl, void* s, size_t bytes) {
+    return error_of([&] { make_sparse_mla_schedule(q, pl, s, bytes, nullptr); });
+  };
+  const auto forward = [&](const SparseMlaProblem& q, const SparseMlaPlan& pl) {
+    return error_of([&] { sparse_mla_forward(q, pl, b.big.data(), pl.workspace_bytes, nullptr); });
+  };
+  EXPECT_NE(make(p, plain, sched, plan.schedule_bytes).find("plan"), std::string::npos);  // not balanced
+  SparseMlaProblem other = p;
+  other.num_tokens = 3;
+  EXPECT_NE(make(other, plan, sched, plan.schedule_bytes).find("another shape"), std::string::npos);
+  EXPECT_NE(make(p, plan, sched, plan.schedule_bytes - 16).find("schedule_bytes"), std::string::npos);
+  EXPECT_NE(make(p, plan, nullptr, plan.schedule_bytes).find("schedule"), std::string::npos);
+  EXPECT_NE(make(p, plan, b.big.data() + 1, plan.schedule_bytes).find("schedule"), std::string::npos);  // misaligned
+  SparseMlaProblem no_indices = p;
+  no_indices.indices = nullptr;
+  EXPECT_NE(make(no_indices, plan, sched, plan.schedule_bytes).find("indices"), std::string::npos);
+  SparseMlaPlan edited = plan;
+  edited.ctas += 1;
+  EXPECT_NE(make(p, edited, sched, plan.schedule_bytes).find("inconsistent balanced"), std::string::npos);
+  EXPECT_NE(forward(p, plan).find("schedule"), std::string::npos);  // a balanced plan without one
+  p.schedule = sched;
+  EXPECT_NE(forward(p, plain).find("schedule"), std::string::npos);  // one, for a plan that takes none
+  EXPECT_NE(forward(p, edited).find("inconsistent balanced"), std::string::npos);
+  // The schedule needs no q, cache or output pointers (nothing to launch for T = 0).
+  SparseMlaProblem indices_only;
+  indices_only.num_heads = 16; indices_only.topk = 64; indices_only.page_size = 64; indices_only.num_pages = 10;
+  indices_only.indices = b.idx.data();
+  const SparseMlaPlan empty = plan_sparse_mla(0, 16, 64, h100, on);
+  EXPECT_EQ(make(indices_only, empty, nullptr, 0), "no error");
+}
+
 TEST(Validate, NamesTheBadArgument) {
   Buffers b;
   const auto mut = [&](auto f, const std::string& name) {
