@@ -81,7 +81,9 @@ struct DeviceInfo {
   int sm_count = 0;
   int max_smem_per_block = 0;  // opt-in limit, bytes
   int cc_major = 0, cc_minor = 0;
-  static DeviceInfo from_device(int device);  // throws dsa::Error without a usable device
+  // The device's answers, queried once per process and device (later calls cost no driver call);
+  // throws dsa::Error without a usable device.
+  static DeviceInfo from_device(int device);
 };
 
 // The two kernels of the forward.

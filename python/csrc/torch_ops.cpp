@@ -3,7 +3,6 @@
 // caching allocator, and the current stream. All logic stays in the C++ library.
 #include <Python.h>
 
-#include <mutex>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -110,22 +109,10 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   return p;
 }
 
-// A balanced plan (dsa::PlanChoice::balanced) for a shape on a device; the device's answers are
-// cached (attribute queries cost microseconds). The schedule op and the forward make the same one.
+// A balanced plan (dsa::PlanChoice::balanced) for a shape on a device (DeviceInfo::from_device
+// caches the device's answers). The schedule op and the forward make the same one.
 dsa::SparseMlaPlan balanced_plan(int64_t T, int64_t H, int64_t topk, const at::Device& device) {
-  static std::mutex mu;
-  static dsa::DeviceInfo cache[64];
-  const int d = device.index() < 0 ? 0 : device.index();
-  dsa::DeviceInfo info;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (d >= 64) {
-      info = dsa::DeviceInfo::from_device(d);
-    } else {
-      if (cache[d].sm_count == 0) cache[d] = dsa::DeviceInfo::from_device(d);
-      info = cache[d];
-    }
-  }
+  const dsa::DeviceInfo info = dsa::DeviceInfo::from_device(device.index() < 0 ? 0 : device.index());
   dsa::PlanChoice choice;
   choice.balanced = 1;
   return dsa::plan_sparse_mla(static_cast<int>(T), static_cast<int>(H), static_cast<int>(topk), info, choice);

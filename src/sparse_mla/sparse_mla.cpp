@@ -131,13 +131,25 @@ detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
 
 }  // namespace
 
-DeviceInfo DeviceInfo::from_device(int device) {
+static DeviceInfo query_device(int device) {
   DeviceInfo d;
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
   return d;
+}
+
+// Attribute queries cost microseconds and a device's answers never change, so every planner
+// call (the library's, the PyTorch op's, a C++ caller's) can ask once per call.
+DeviceInfo DeviceInfo::from_device(int device) {
+  constexpr int kCached = 64;
+  if (device < 0 || device >= kCached) return query_device(device);
+  static std::mutex mu;
+  static DeviceInfo cache[kCached];
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache[device].sm_count == 0) cache[device] = query_device(device);
+  return cache[device];
 }
 
 // What reading the index lists needs: the shape, the cache's row count, the indices and their
@@ -437,19 +449,7 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
   validate(problem);
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
-  // Attribute queries cost microseconds; the device's answers never change.
-  static std::mutex mu;
-  static DeviceInfo cache[64];
-  DeviceInfo dev;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (device >= 64) {
-      dev = DeviceInfo::from_device(device);
-    } else {
-      if (cache[device].sm_count == 0) cache[device] = DeviceInfo::from_device(device);
-      dev = cache[device];
-    }
-  }
+  const DeviceInfo dev = DeviceInfo::from_device(device);
   // Outside the shared-rows kernel's cache limits the planner keeps split-K.
   PlanChoice choice;
   if (!shared_rows_cache_limit(problem).empty()) choice.kernel = PlanChoice::Kernel::split_k;

@@ -154,19 +154,45 @@ __device__ __forceinline__ void load_token_list(const SparseMlaParams& p, int64_
   }
 }
 
-// Token t's valid rows (names_a_row, as the compaction decides) into token_rows[t], one block per token.
-__global__ void __launch_bounds__(kThreads) sparse_mla_count_rows_kernel(const SparseMlaParams p) {
-  static_assert(kIdxPerThread * kThreads == kMaxChunk, "a whole list per block");
-  __shared__ int s_warp_rows[kWarps];
-  int32_t r[kIdxPerThread];
-  load_token_list<kIdxPerThread, kThreads>(p, blockIdx.x, r);
+// Token t's valid rows (names_a_row, as the compaction decides) and, for chunks of `chunk`
+// positions (0: none; a multiple of 32), which chunks hold one: a block of kBlock threads reads the
+// whole list (topk <= kMaxChunk), every load in flight. Every thread gets the block's answer.
+struct ListCount {
+  int valid;
+  uint64_t live_chunks;  // bit c: chunk c holds a valid row (chunk > 0, at most 64 chunks)
+};
+template <int kBlock>
+__device__ __forceinline__ ListCount count_token_list(const SparseMlaParams& p, int t, int chunk) {
+  constexpr int kPer = kMaxChunk / kBlock, kBlockWarps = kBlock / 32;
+  static_assert(kPer * kBlock == kMaxChunk, "a whole list per block");
+  __shared__ int s_warp_valid[kBlockWarps];
+  __shared__ uint64_t s_warp_live[kBlockWarps];
+  int32_t r[kPer];
+  load_token_list<kPer, kBlock>(p, t, r);
   int n = 0;
+  uint64_t live = 0;
 #pragma unroll
-  for (int j = 0; j < kIdxPerThread; ++j) n += names_a_row(r[j], p.num_rows) ? 1 : 0;
-  n = warp_sum(n);
-  if (threadIdx.x % 32 == 0) s_warp_rows[threadIdx.x / 32] = n;
+  for (int u = 0; u < kPer; ++u) {
+    const unsigned any = __ballot_sync(0xffffffffu, names_a_row(r[u], p.num_rows));
+    n += __popc(any);
+    // The warp's 32 positions lie in one chunk.
+    if (any != 0 && chunk > 0) live |= uint64_t{1} << ((u * kBlock + threadIdx.x / 32 * 32) / chunk);
+  }
+  if (threadIdx.x % 32 == 0) {
+    s_warp_valid[threadIdx.x / 32] = n;
+    s_warp_live[threadIdx.x / 32] = live;
+  }
   __syncthreads();
-  if (threadIdx.x == 0) p.token_rows[blockIdx.x] = s_warp_rows[0] + s_warp_rows[1] + s_warp_rows[2] + s_warp_rows[3];
+  ListCount c{0, 0};
+#pragma unroll
+  for (int w = 0; w < kBlockWarps; ++w) c.valid += s_warp_valid[w], c.live_chunks |= s_warp_live[w];
+  return c;
+}
+
+// Token t's valid rows into token_rows[t], one block per token.
+__global__ void __launch_bounds__(kThreads) sparse_mla_count_rows_kernel(const SparseMlaParams p) {
+  const ListCount c = count_token_list<kThreads>(p, blockIdx.x, 0);
+  if (threadIdx.x == 0) p.token_rows[blockIdx.x] = c.valid;
 }
 
 // One block: the schedule from token_rows (params.h's rule). Thread i takes tokens [i * per,
@@ -648,31 +674,11 @@ struct TokenSplits {
 };
 __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, int t) {
   static_assert(kMaxChunk / kFusedChunkAlign <= 64, "a split mask per token");
-  __shared__ int s_warp_valid[kCombineWarps];
-  __shared__ uint64_t s_warp_live[kCombineWarps];
-  constexpr int kPer = kMaxChunk / kCombineThreads;
-  int32_t r[kPer];
-  load_token_list<kPer, kCombineThreads>(p, t, r);
-  unsigned n = 0;
-  uint64_t live = 0;
-#pragma unroll
-  for (int u = 0; u < kPer; ++u) {
-    const unsigned any = __ballot_sync(0xffffffffu, names_a_row(r[u], p.num_rows));
-    n += __popc(any);
-    // Split-K: this warp's 32 positions lie in one split (32-position boundaries). Shared rows
-    // set no chunk; their mask comes from the tile count below.
-    if (any != 0 && !p.splits_over_entries)
-      live |= uint64_t{1} << ((u * kCombineThreads + threadIdx.x / 32 * 32) / p.chunk);
-  }
-  if (threadIdx.x % 32 == 0) {
-    s_warp_valid[threadIdx.x / 32] = static_cast<int>(n);
-    s_warp_live[threadIdx.x / 32] = live;
-  }
-  __syncthreads();
-  int total = 0;
-  live = 0;
-#pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) total += s_warp_valid[w], live |= s_warp_live[w];
+  // Split-K's splits are chunks of 32-position groups; shared rows set no chunk, their mask comes
+  // from the tile count below.
+  const ListCount c = count_token_list<kCombineThreads>(p, t, p.splits_over_entries ? 0 : p.chunk);
+  const int total = c.valid;
+  uint64_t live = c.live_chunks;
   if (p.splits_over_entries) {  // shared rows: split s takes tiles [s * per_split, ...) of the token's
     const int tiles = (total + kSharedRowsTileEntries - 1) / kSharedRowsTileEntries;
     const int per_split = shared_rows_split_tiles(tiles, p.splits);
@@ -701,6 +707,23 @@ __device__ __forceinline__ float add_weighted_splits(float4 (&acc)[kV], const fl
     }
   }
   return sum;
+}
+
+// One round of an online merge: m rises to the round's largest lse, l and acc are rescaled to it,
+// then the round's splits are added. A round with nothing valid so far changes nothing.
+template <int kN, int kV>
+__device__ __forceinline__ void merge_round(float& m, float& l, float4 (&acc)[kV], const float (&ls)[kN],
+                                            const float4 (&v)[kN][kV]) {
+  float m_new = m;
+#pragma unroll
+  for (int u = 0; u < kN; ++u) m_new = fmaxf(m_new, ls[u]);
+  if (m_new == -INFINITY) return;
+  const float scale = exp2f(m - m_new);  // m = -inf -> 0
+  l *= scale;
+#pragma unroll
+  for (int i = 0; i < kV; ++i) acc[i].x *= scale, acc[i].y *= scale, acc[i].z *= scale, acc[i].w *= scale;
+  l += add_weighted_splits(acc, ls, v, m_new);
+  m = m_new;
 }
 
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel(const SparseMlaParams p) {
@@ -775,16 +798,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
         v[u][i] = in ? *reinterpret_cast<const float4*>(p.partial_out + slot * kCkvDim + lane * 4 + i * 128)
                      : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < kFewSplits; ++u) m_new = fmaxf(m_new, ls[u]);
-    if (m_new == -INFINITY) continue;
-    const float scale = exp2f(m - m_new);
-    l *= scale;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i].x *= scale, acc[i].y *= scale, acc[i].z *= scale, acc[i].w *= scale;
-    l += add_weighted_splits(acc, ls, v, m_new);
-    m = m_new;
+    merge_round(m, l, acc, ls, v);
   }
   uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + lane * 4;
   const bool any = m != -INFINITY;
@@ -839,16 +853,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
       for (int i = 0; i < kVec; ++i)
         v[u][i] = load ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    float m_new = m;
-#pragma unroll
-    for (int u = 0; u < kCombineUnroll; ++u) m_new = fmaxf(m_new, ls[u]);
-    if (m_new == -INFINITY) continue;  // nothing valid yet (warp-uniform)
-    const float scale = exp2f(m - m_new);  // m = -inf -> 0
-    l *= scale;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) acc[i].x *= scale, acc[i].y *= scale, acc[i].z *= scale, acc[i].w *= scale;
-    l += add_weighted_splits(acc, ls, v, m_new);
-    m = m_new;
+    merge_round(m, l, acc, ls, v);
   }
   if (lane == 0) {
     s_m[warp] = m;
