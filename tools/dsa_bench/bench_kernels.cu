@@ -48,88 +48,174 @@ __global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const uint4*
 }
 
 // The output floor: the gather floor's loads, then what any design that splits a token over
-// kSplits blocks must add to them, with no math: each block writes a 16 x 512 fp32 partial and
+// several blocks must add to them, with no math: each block writes a 16 x 512 fp32 partial and
 // 16 lse values, the token's blocks meet at a barrier in L2 (one arrival counter per token,
-// which only grows: call n waits for n x kSplits arrivals), and each block merges 1 / kSplits of
-// the token's output from every partial (8 float4 loads per thread, all in flight; partial sums
-// per thread, then across threads in shared memory) and writes it as bf16. With one split it
-// writes the token's bf16 output straight away. The blocks are launched normally: the caller
-// checks that they fit the chip at once, and a barrier that waits too long gives up and flags it.
+// which only grows: call c waits for c x n arrivals), and each block merges 1 / n of the
+// token's output from every partial (8 float4 loads per thread, all in flight; partial sums per
+// thread, then across threads in shared memory) and writes it as bf16. A token of one block
+// writes its bf16 output straight away. The blocks are launched normally: the caller checks
+// that they fit the chip at once, and a barrier that waits too long gives up and flags it.
 constexpr int kMergeThreads = kProbeThreads;
 constexpr int kPartialVec4 = kProbeHeads * 512 / 4;            // float4 per partial: 2048
 constexpr int kMergeLoads = kPartialVec4 / kMergeThreads;       // 8 per thread
+constexpr int kMaxMergeOwn = kPartialVec4 / 2 / kMergeThreads;  // output float4 per thread, n = 2: 4
+
+// Block `block` is split s of token t's n (a power of 2 <= 64), whose blocks are b0 .. b0 + n - 1;
+// v stands for its result (it depends on every load). partials: one partial per block, then 16
+// lse per block (`blocks` in all).
+__device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n, int64_t block, int64_t b0, int64_t blocks,
+                                                    float* partials, unsigned* arrivals, unsigned target, uint4* out,
+                                                    unsigned* sink, float4* s_part) {
+  const auto pack = [](float lo, float hi) { return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); };
+  if (n == 1) {  // the token's output, bf16: 1024 x 16 B
+    const unsigned bits = pack(v, v);
+    for (int i = threadIdx.x; i < kPartialVec4 / 2; i += kMergeThreads)
+      out[static_cast<int64_t>(t) * (kPartialVec4 / 2) + i] = make_uint4(bits, bits, bits, bits);
+    return;
+  }
+  float4* part = reinterpret_cast<float4*>(partials);
+  float* lse = partials + blocks * kPartialVec4 * 4;
+#pragma unroll
+  for (int u = 0; u < kMergeLoads; ++u) part[block * kPartialVec4 + u * kMergeThreads + threadIdx.x] = make_float4(v, v, v, v);
+  if (threadIdx.x < kProbeHeads) lse[block * kProbeHeads + threadIdx.x] = v;
+  __syncthreads();  // the partial written by every thread
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(arrivals + t, 1u);
+    unsigned seen = 0;
+    for (long spins = 0; spins < (1l << 26); ++spins) {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals + t) : "memory");
+      if (seen >= target) break;
+    }
+    if (seen < target) sink[1] = 1;  // the barrier gave up: the figure is void
+  }
+  __syncthreads();
+  // Load u of a thread: item i = u * 256 + tid of the token's n x per float4 to merge, partial
+  // j = i / per, output float4 e = i % per (the same e for every u when per <= 256).
+  const int per = kPartialVec4 / n;                                // float4 of the output this block merges
+  const int own = per >= kMergeThreads ? per / kMergeThreads : 1;  // output float4 per thread
+  const int groups = per >= kMergeThreads ? 1 : kMergeThreads / per;  // threads per output float4
+  const float4* tok = part + b0 * kPartialVec4 + s * per;
+  float4 x[kMergeLoads];
+#pragma unroll
+  for (int u = 0; u < kMergeLoads; ++u) {
+    const int i = u * kMergeThreads + threadIdx.x;
+    x[u] = __ldcg(tok + static_cast<int64_t>(i / per) * kPartialVec4 + i % per);
+  }
+  float l = 0.f;  // the lse of every split and head, as a merge needs them
+  for (int i = threadIdx.x; i < kProbeHeads * n; i += kMergeThreads) l += __ldcg(lse + b0 * kProbeHeads + i);
+  float4 sum[kMaxMergeOwn];
+#pragma unroll
+  for (int q = 0; q < kMaxMergeOwn; ++q) sum[q] = make_float4(l, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int u = 0; u < kMergeLoads; ++u)
+#pragma unroll
+    for (int q = 0; q < kMaxMergeOwn; ++q)
+      if (u % own == q) sum[q].x += x[u].x, sum[q].y += x[u].y, sum[q].z += x[u].z, sum[q].w += x[u].w;
+  if (groups > 1) {  // threads tid, tid + per, ... hold parts of output float4 tid % per
+    s_part[threadIdx.x] = sum[0];
+    __syncthreads();
+    if (threadIdx.x >= per) return;
+    for (int g = 1; g < groups; ++g) {
+      const float4 o = s_part[g * per + threadIdx.x];
+      sum[0].x += o.x; sum[0].y += o.y; sum[0].z += o.z; sum[0].w += o.w;
+    }
+  }
+  // Output float4 e = q * 256 + tid (own > 1) or tid: as bf16, 8 bytes each.
+  uint2* o2 = reinterpret_cast<uint2*>(out) + static_cast<int64_t>(t) * kPartialVec4 + s * per;
+#pragma unroll
+  for (int q = 0; q < kMaxMergeOwn; ++q)
+    if (q < own) o2[q * kMergeThreads + threadIdx.x] = make_uint2(pack(sum[q].x, sum[q].y), pack(sum[q].z, sum[q].w));
+}
+
+// The output floor with every token split the same way: block b is split b % kSplits of token
+// b / kSplits, reading its chunk of index positions as the gather floor does.
 template <int kSplits>
 __global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
                                                                      const int32_t* __restrict__ indices, int topk, int num_rows,
                                                                      float* partials, unsigned* arrivals, unsigned target,
                                                                      uint4* out, unsigned* sink) {
-  constexpr int kPer = kPartialVec4 / kSplits;                      // float4 of the output one block merges
-  constexpr int kOwn = kPer >= kMergeThreads ? kPer / kMergeThreads : 1;  // output float4 per thread
-  constexpr int kGroups = kPer >= kMergeThreads ? 1 : kMergeThreads / kPer;  // threads per output float4
-  __shared__ float4 s_part[kGroups > 1 ? kMergeThreads : 1];
+  __shared__ float4 s_part[kSplits > 8 ? kMergeThreads : 1];
   const int t = blockIdx.x / kSplits, s = blockIdx.x % kSplits;
   const unsigned acc = gather_block_rows(ckv, kpe, indices, topk, num_rows, kSplits);
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
-  const auto pack = [](float lo, float hi) { return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); };
-  if constexpr (kSplits == 1) {  // the token's output, bf16: 1024 x 16 B
-    const unsigned bits = pack(v, v);
-    for (int i = threadIdx.x; i < kPartialVec4 / 2; i += kMergeThreads)
-      out[static_cast<int64_t>(t) * (kPartialVec4 / 2) + i] = make_uint4(bits, bits, bits, bits);
-  } else {
-    float4* part = reinterpret_cast<float4*>(partials);
-    float* lse = partials + static_cast<int64_t>(gridDim.x) * kPartialVec4 * 4;
+  merge_split_outputs(v, t, s, kSplits, blockIdx.x, static_cast<int64_t>(t) * kSplits, gridDim.x, partials, arrivals, target, out,
+                      sink, s_part);
+}
+
+// The output floor with each token split by its own valid rows (what a balanced schedule and
+// fused rows do): blocks[b] = {t, s, n, b0}. Every block loads its token's Q (16 heads x 576
+// bf16) and whole index list with all loads in flight, compacts the valid rows in position order
+// (ballots and one warp's scan), gathers its even share of them (split s of n) and merges as
+// above; a token of one block (n = 1) writes its output unmerged.
+constexpr int kQVec4 = kProbeHeads * 576 / 8;                  // 1152
+constexpr int kListPerThread = 2048 / kMergeThreads;           // 8: topk <= 2048
+__global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
+                                                                      const uint4* __restrict__ q, const int32_t* __restrict__ indices,
+                                                                      int topk, int num_rows, const int4* __restrict__ blocks,
+                                                                      float* partials, unsigned* arrivals, unsigned calls,
+                                                                      uint4* out, unsigned* sink) {
+  constexpr int kWarps = kMergeThreads / 32;
+  __shared__ int s_rows[2048];
+  __shared__ int s_base[kListPerThread * kWarps];
+  __shared__ float4 s_part[kMergeThreads];
+  __shared__ int s_total;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int4 e = blocks[blockIdx.x];
+  const int t = e.x, s = e.y, n = e.z;
+  const int32_t* idx = indices + static_cast<int64_t>(t) * topk;
+  int r[kListPerThread];
 #pragma unroll
-    for (int u = 0; u < kMergeLoads; ++u)
-      part[static_cast<int64_t>(blockIdx.x) * kPartialVec4 + u * kMergeThreads + threadIdx.x] = make_float4(v, v, v, v);
-    if (threadIdx.x < kProbeHeads) lse[blockIdx.x * kProbeHeads + threadIdx.x] = v;
-    __syncthreads();  // the partial written by every thread
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(arrivals + t, 1u);
-      unsigned seen = 0;
-      for (long spins = 0; spins < (1l << 26); ++spins) {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals + t) : "memory");
-        if (seen >= target) break;
-      }
-      if (seen < target) sink[1] = 1;  // the barrier gave up: the figure is void
-    }
-    __syncthreads();
-    // Load u of a thread: item i = u * 256 + tid of the token's kSplits x kPer float4 to merge,
-    // partial j = i / kPer, output float4 e = i % kPer (the same e for every u when kPer <= 256).
-    const float4* tok = part + static_cast<int64_t>(t) * kSplits * kPartialVec4 + s * kPer;
-    float4 x[kMergeLoads];
-#pragma unroll
-    for (int u = 0; u < kMergeLoads; ++u) {
-      const int i = u * kMergeThreads + threadIdx.x;
-      x[u] = __ldcg(tok + static_cast<int64_t>(i / kPer) * kPartialVec4 + i % kPer);
-    }
-    float l = 0.f;  // the lse of every split and head, as a merge needs them
-    for (int i = threadIdx.x; i < kProbeHeads * kSplits; i += kMergeThreads)
-      l += __ldcg(lse + static_cast<int64_t>(t) * kSplits * kProbeHeads + i);
-    float4 sum[kOwn];
-#pragma unroll
-    for (int q = 0; q < kOwn; ++q) sum[q] = make_float4(l, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int u = 0; u < kMergeLoads; ++u) {
-      float4& d = sum[u % kOwn];
-      d.x += x[u].x; d.y += x[u].y; d.z += x[u].z; d.w += x[u].w;
-    }
-    if constexpr (kGroups > 1) {  // threads tid, tid + kPer, ... hold parts of output float4 tid % kPer
-      s_part[threadIdx.x] = sum[0];
-      __syncthreads();
-      if (threadIdx.x >= kPer) return;
-#pragma unroll
-      for (int g = 1; g < kGroups; ++g) {
-        const float4 o = s_part[g * kPer + threadIdx.x];
-        sum[0].x += o.x; sum[0].y += o.y; sum[0].z += o.z; sum[0].w += o.w;
-      }
-    }
-    // Output float4 e = q * 256 + tid (kOwn > 1) or tid: as bf16, 8 bytes each.
-    uint2* o2 = reinterpret_cast<uint2*>(out) + static_cast<int64_t>(t) * kPartialVec4 + s * kPer;
-#pragma unroll
-    for (int q = 0; q < kOwn; ++q)
-      o2[q * kMergeThreads + threadIdx.x] = make_uint2(pack(sum[q].x, sum[q].y), pack(sum[q].z, sum[q].w));
+  for (int u = 0; u < kListPerThread; ++u) {
+    const int k = u * kMergeThreads + threadIdx.x;
+    r[u] = k < topk ? __ldg(idx + k) : -1;
   }
+  unsigned acc = 0;
+  for (int i = threadIdx.x; i < kQVec4; i += kMergeThreads) {
+    const uint4 v = __ldg(q + static_cast<int64_t>(t) * kQVec4 + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  // Position order: (u, warp) groups of 32 positions; warp 0 scans the 64 group counts.
+  unsigned ballot[kListPerThread];
+#pragma unroll
+  for (int u = 0; u < kListPerThread; ++u) {
+    ballot[u] = __ballot_sync(0xffffffffu, r[u] >= 0 && r[u] < num_rows);
+    if (lane == 0) s_base[u * kWarps + warp] = __popc(ballot[u]);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    static_assert(kListPerThread * kWarps == 64, "two group counts per lane");
+    const int a = s_base[2 * lane], b = s_base[2 * lane + 1];
+    int incl = a + b;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int o = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += o;
+    }
+    s_base[2 * lane] = incl - a - b;
+    s_base[2 * lane + 1] = incl - b;
+    if (lane == 31) s_total = incl;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kListPerThread; ++u)
+    if ((ballot[u] >> lane) & 1u) s_rows[s_base[u * kWarps + warp] + __popc(ballot[u] & ((1u << lane) - 1u))] = r[u];
+  __syncthreads();
+  const int total = s_total;
+  const int begin = static_cast<int>(static_cast<int64_t>(s) * total / n);
+  const int end = static_cast<int>(static_cast<int64_t>(s + 1) * total / n);
+  for (int k = begin + warp; k < end; k += kWarps) {
+    const int row = s_rows[k];
+    const uint4* c = ckv + static_cast<int64_t>(row) * 64;
+    const uint4 x = __ldg(c + lane), y = __ldg(c + lane + 32);
+    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
+    if (lane < 8) {
+      const uint4 p = __ldg(kpe + static_cast<int64_t>(row) * 8 + lane);
+      acc ^= p.x ^ p.w;
+    }
+  }
+  const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
+  merge_split_outputs(v, t, s, n, blockIdx.x, e.w, gridDim.x, partials, arrivals, calls * unsigned(n), out, sink, s_part);
 }
 
 __global__ void stream_read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
@@ -234,6 +320,24 @@ void launch_gather_merge(const uint16_t* ckv, const uint16_t* kpe, const int32_t
 #undef DSA_MERGE_CASE
     default: throw Error("launch_gather_merge: splits must be a power of 2 in [1, 64], got " + std::to_string(splits));
   }
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+int max_split_by_rows_blocks(int sm_count) {
+  int per_sm = 0;
+  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_by_rows_kernel, kMergeThreads, 0));
+  return per_sm * sm_count;
+}
+
+size_t split_by_rows_partials_bytes(int blocks) { return size_t(blocks) * (size_t(kPartialVec4) * 16 + kProbeHeads * 4); }
+
+void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int topk,
+                          int num_rows, const int32_t* blocks, int num_blocks, float* partials, unsigned* arrivals,
+                          unsigned calls, uint16_t* out, unsigned* sink, cudaStream_t stream) {
+  if (topk > 2048) throw Error("launch_split_by_rows: topk must be <= 2048, got " + std::to_string(topk));
+  split_by_rows_kernel<<<num_blocks, kMergeThreads, 0, stream>>>(
+      reinterpret_cast<const uint4*>(ckv), reinterpret_cast<const uint4*>(kpe), reinterpret_cast<const uint4*>(q), indices, topk,
+      num_rows, reinterpret_cast<const int4*>(blocks), partials, arrivals, calls, reinterpret_cast<uint4*>(out), sink);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

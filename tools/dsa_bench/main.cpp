@@ -7,6 +7,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -118,6 +119,12 @@ struct Result {
   // at its best split and the better of index and row order; 0 splits: not measured.
   Timing output_floor;
   int output_splits = 0;
+  // The output floor with each token split by its own valid rows into blocks of at most
+  // `per_token_rows` (power-of-2 splits <= 64; a token of one block is not merged), every block
+  // also loading Q and compacting the whole list (launch_split_by_rows): what fused rows and a
+  // balanced schedule must pay. Best over rows per block and both orders; 0 rows: not measured.
+  Timing per_token_floor;
+  int per_token_rows = 0;
   std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
   std::string timeline;  // --timeline: per-phase medians over CTAs
 };
@@ -238,6 +245,20 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   return buf;
 }
 
+// A floor probe at its best block split: each candidate timed with a third of the reps, the
+// fastest again with all of them. {timing, splits}, or {{}, 0} without a candidate.
+std::pair<Timing, int> best_split(const std::vector<int>& candidates, const Options& o,
+                                  const std::function<Timing(int splits, int reps, int warmup)>& time_split) {
+  Timing best;
+  int best_splits = 0;
+  for (int splits : candidates) {
+    const Timing g = time_split(splits, std::max(5, o.reps / 3), 1);
+    if (best_splits == 0 || g.median_us < best.median_us) best = g, best_splits = splits;
+  }
+  if (best_splits == 0) return {{}, 0};
+  return {time_split(best_splits, o.reps, o.warmup), best_splits};
+}
+
 // The output floor at its best split (powers of 2 up to 64 whose blocks are co-resident), over
 // the case's indices: {timing, splits}, or {{}, 0} where its barrier gave up (blocks not resident).
 std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T, int topk, KernelTimer& timer, Timer which,
@@ -248,7 +269,7 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
   DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned)));  // the barrier's give-up flag
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
-  const auto time_split = [&](int splits, int reps) {
+  const auto time_split = [&](int splits, int reps, int warmup) {
     DevicePtr partials(device_copy(std::vector<uint8_t>(std::max<size_t>(merge_partials_bytes(T, splits), 16))));
     DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
     unsigned calls = 0;
@@ -257,21 +278,73 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
       launch_gather_merge(cache.ckv, cache.kpe, idx, T, topk, int(cache.rows()), splits, static_cast<float*>(partials.get()),
                           static_cast<unsigned*>(arrivals.get()), calls * unsigned(splits), static_cast<uint16_t*>(out.get()), sink,
                           stream);
-    }, 1, reps, 1);
+    }, 1, reps, warmup);
   };
-  Timing best;
-  int best_splits = 0;
-  for (int splits = 1; splits <= 64; splits *= 2) {
-    if (splits > topk || (splits > 1 && int64_t(T) * splits > max_blocks) || int64_t(T) * splits > 400000) continue;
-    const Timing g = time_split(splits, std::max(5, o.reps / 3));
-    if (best_splits == 0 || g.median_us < best.median_us) best = g, best_splits = splits;
-  }
-  if (best_splits == 0) return {{}, 0};
-  best = time_split(best_splits, o.reps);
+  std::vector<int> candidates;
+  for (int splits = 1; splits <= 64; splits *= 2)
+    if (splits <= topk && (splits == 1 || int64_t(T) * splits <= max_blocks) && int64_t(T) * splits <= 400000)
+      candidates.push_back(splits);
+  const auto best = best_split(candidates, o, time_split);
+  if (best.second == 0) return best;
   unsigned gave_up = 0;
   DSA_CUDA_CHECK(cudaMemcpy(&gave_up, sink + 1, sizeof gave_up, cudaMemcpyDeviceToHost));
   if (gave_up != 0) return {{}, 0};
-  return {best, best_splits};
+  return best;
+}
+
+// The per-token output floor (Result::per_token_floor) over the case's index list `indices`
+// (host copy of d_idx): {timing, rows per block}, or {{}, 0} (topk > 2048, nothing resident).
+std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, const std::vector<int32_t>& indices, int T,
+                                       int topk, KernelTimer& timer, Timer which, const Options& o, int sm_count,
+                                       unsigned* sink) {
+  if (topk > 2048) return {{}, 0};
+  const cudaStream_t stream = nullptr;
+  const int max_blocks = max_split_by_rows_blocks(sm_count);
+  std::vector<int> valid(T, 0);
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < topk; ++k) valid[t] += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
+  DevicePtr q(device_copy(std::vector<uint16_t>(size_t(T) * 16 * (kCkvDim + kKpeDim), 0x3f80)));
+  DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
+  DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
+  DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned)));  // the barrier's give-up flag
+  std::map<int, std::vector<int32_t>> tables;  // rows per block -> {t, s, n, b0} per block
+  std::vector<std::vector<int32_t>> seen;
+  for (int rows = 32; rows <= 2048; rows *= 2) {
+    std::vector<int32_t> table;
+    bool merges = false;
+    for (int t = 0; t < T; ++t) {
+      int n = 1;
+      while (n < 64 && int64_t(n) * rows < valid[t]) n *= 2;
+      merges |= n > 1;
+      const int b0 = static_cast<int>(table.size() / 4);
+      for (int sp = 0; sp < n; ++sp) table.insert(table.end(), {t, sp, n, b0});
+    }
+    const int blocks = static_cast<int>(table.size() / 4);
+    if ((merges && blocks > max_blocks) || blocks > 400000) continue;
+    if (std::find(seen.begin(), seen.end(), table) != seen.end()) continue;  // the same splits as a smaller size
+    seen.push_back(table);
+    tables[rows] = std::move(table);
+  }
+  std::vector<int> candidates;
+  for (const auto& [rows, table] : tables) candidates.push_back(rows);
+  const auto best = best_split(candidates, o, [&](int rows, int reps, int warmup) {
+    const auto& table = tables.at(rows);
+    const int blocks = static_cast<int>(table.size() / 4);
+    DevicePtr d_table(device_copy(table));
+    DevicePtr partials(device_copy(std::vector<uint8_t>(std::max<size_t>(split_by_rows_partials_bytes(blocks), 16))));
+    DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
+    unsigned calls = 0;
+    return timer.time(which, [&] {
+      launch_split_by_rows(cache.ckv, cache.kpe, static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), topk,
+                           int(cache.rows()), static_cast<const int32_t*>(d_table.get()), blocks,
+                           static_cast<float*>(partials.get()), static_cast<unsigned*>(arrivals.get()), ++calls,
+                           static_cast<uint16_t*>(out.get()), sink, stream);
+    }, 1, reps, warmup);
+  });
+  unsigned gave_up = 0;
+  DSA_CUDA_CHECK(cudaMemcpy(&gave_up, sink + 1, sizeof gave_up, cudaMemcpyDeviceToHost));
+  if (gave_up != 0) return {{}, 0};
+  return best;
 }
 
 Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer which, const Options& o, int sm_count) {
@@ -424,20 +497,17 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   // The floor: the gather probe at its best block split over the case's indices, then over the
   // same lists in row order.
   const auto gather_floor = [&](const int32_t* idx_ptr) {
-    Timing best;
-    int best_splits = 0;
+    std::vector<int> candidates;
     for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
       if (int64_t(T) * splits > 400000 || splits > topk) continue;
       if (int64_t(T) * splits < sm_count / 2 && splits != 64 && splits * 2 <= topk) continue;  // too few blocks
-      const Timing g = timer.time(
-          which, [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), splits, sink, stream); },
-          1, std::max(5, o.reps / 3), 1);
-      if (best_splits == 0 || g.median_us < best.median_us) best = g, best_splits = splits;
+      candidates.push_back(splits);
     }
-    const Timing g = timer.time(which, [&] {
-      launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), best_splits, sink, stream);
-    }, 1, o.reps, o.warmup);
-    return std::pair{g, best_splits};
+    return best_split(candidates, o, [&](int splits, int reps, int warmup) {
+      return timer.time(
+          which, [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), splits, sink, stream); },
+          1, reps, warmup);
+    });
   };
   std::tie(res.gather, res.gather_splits) = gather_floor(static_cast<const int32_t*>(d_idx.get()));
   std::vector<int32_t> in_row_order = indices;
@@ -455,6 +525,13 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const auto in_order = output_floor(cache, d_idx_row_order.get(), T, topk, timer, which, o, sm_count, sink);
   if (in_order.second > 0 && (res.output_splits == 0 || in_order.first.median_us < res.output_floor.median_us))
     std::tie(res.output_floor, res.output_splits) = in_order;
+  std::tie(res.per_token_floor, res.per_token_rows) =
+      per_token_floor(cache, d_idx.get(), indices, T, topk, timer, which, o, sm_count, sink);
+  const auto per_token_in_order =
+      per_token_floor(cache, d_idx_row_order.get(), in_row_order, T, topk, timer, which, o, sm_count, sink);
+  if (per_token_in_order.second > 0 &&
+      (res.per_token_rows == 0 || per_token_in_order.first.median_us < res.per_token_floor.median_us))
+    std::tie(res.per_token_floor, res.per_token_rows) = per_token_in_order;
   return res;
 }
 
@@ -475,9 +552,9 @@ void print_stage_table(const std::vector<Result>& results, FILE* f) {
 }
 
 void print_table(const std::vector<Result>& results, FILE* f) {
-  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %9s %9s %7s %7s  %s\n", "case", "T", "H", "rows",
+  std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %9s %9s %10s %7s %7s  %s\n", "case", "T", "H", "rows",
                "plan", "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "row-order",
-               "output", "GB/s", "TFLOP/s", "target");
+               "output", "per-token", "GB/s", "TFLOP/s", "target");
   for (const Result& r : results) {
     char plan[32], range[48];
     if (r.plan.kernel == SparseMlaKernel::shared_rows && r.plan.splits > 1)
@@ -499,11 +576,13 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     const double gbs = double(r.entries) * kRowBytes / (r.kernel.median_us * 1e-6) / 1e9;
     char output[24] = "-";  // output floor (us/splits)
     if (r.output_splits > 0) std::snprintf(output, sizeof output, "%.1f/%d", r.output_floor.median_us, r.output_splits);
-    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %7.0f %7.1f  %s\n", r.c.name.c_str(),
+    char per_token[24] = "-";  // per-token output floor (us/rows per block)
+    if (r.per_token_rows > 0) std::snprintf(per_token, sizeof per_token, "%.1f/%d", r.per_token_floor.median_us, r.per_token_rows);
+    std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %10s %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
                  range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, r.gather_row_order.median_us,
-                 output, gbs, useful_tflops(r, r.kernel.median_us),
+                 output, per_token, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
 }
@@ -536,6 +615,8 @@ nlohmann::json to_json(const Result& r) {
                    {"gather_floor_row_order", timing(r.gather_row_order)},
                    {"output_floor", r.output_splits > 0 ? timing(r.output_floor) : nlohmann::json()},
                    {"output_floor_splits", r.output_splits},
+                   {"output_floor_per_token", r.per_token_rows > 0 ? timing(r.per_token_floor) : nlohmann::json()},
+                   {"output_floor_per_token_rows", r.per_token_rows},
                    {"bytes_gathered", r.entries * kRowBytes},
                    {"useful_tflops", useful_tflops(r, r.kernel.median_us)},
                    {"target", r.c.target}};
@@ -551,7 +632,8 @@ void write_csv(const std::vector<Result>& results, const std::string& path, cons
   if (!f) throw Error("--csv: cannot write " + path);
   f << context_header
     << "case,T,H,topk,entries,block_keys,splits,ok,rel_l2,lse_err,timer,kernel_us,kernel_min_us,kernel_max_us,gather_us,"
-       "ratio,useful_tflops,gather_row_order_us,output_floor_us,output_floor_splits\n";
+       "ratio,useful_tflops,gather_row_order_us,output_floor_us,output_floor_splits,"
+       "output_floor_per_token_us,output_floor_per_token_rows\n";
   for (const Result& r : results)
     f << context << r.c.name << ',' << r.c.indices.num_tokens << ',' << r.c.num_heads << ',' << r.c.indices.topk << ',' << r.entries
       << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
@@ -559,7 +641,8 @@ void write_csv(const std::vector<Result>& results, const std::string& path, cons
       << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
       << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << ','
       << r.gather_row_order.median_us << ',' << (r.output_splits > 0 ? r.output_floor.median_us : 0.0) << ','
-      << r.output_splits << '\n';
+      << r.output_splits << ',' << (r.per_token_rows > 0 ? r.per_token_floor.median_us : 0.0) << ',' << r.per_token_rows
+      << '\n';
 }
 
 // No GPU: say so, and still show the reference working on the smoke suite.
