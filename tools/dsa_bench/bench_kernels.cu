@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/block_compact.cuh"
 #include "common/cuda_check.h"
 
 namespace dsa::bench {
@@ -83,7 +84,7 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
     __threadfence();
     atomicAdd(arrivals + t, 1u);
     unsigned seen = 0;
-    for (long spins = 0; spins < (1l << 26); ++spins) {
+    for (long spins = 0; spins < (1l << 22); ++spins) {  // seconds: a wait that long is a bug
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(arrivals + t) : "memory");
       if (seen >= target) break;
     }
@@ -143,26 +144,25 @@ __global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const uint4
                       sink, s_part);
 }
 
-// The output floor with each token split by its own valid rows (what a balanced schedule and
-// fused rows do): blocks[b] = {t, s, n, b0}. Every block loads its token's Q (16 heads x 576
-// bf16) and whole index list with all loads in flight, compacts the valid rows in position order
-// (ballots and one warp's scan), gathers its even share of them (split s of n) and merges as
-// above; a token of one block (n = 1) writes its output unmerged.
+// The output floor with each token split by its own valid rows, as fused rows decide it on the
+// device (nothing precomputed): token t has kMaxRowSplits blocks; each loads the token's Q (16
+// heads x 576 bf16) and whole index list with all loads in flight, compacts the valid rows in
+// position order (the kernels' block_compact) and counts them (m); the token takes n splits,
+// the smallest power of 2 with n x rows_per_split >= m (at most kMaxRowSplits); blocks s >= n
+// leave, block s gathers rows [s m / n, (s + 1) m / n) and merges as above; a token of one
+// split writes its output unmerged.
 constexpr int kQVec4 = kProbeHeads * 576 / 8;                  // 1152
 constexpr int kListPerThread = 2048 / kMergeThreads;           // 8: topk <= 2048
 __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
                                                                       const uint4* __restrict__ q, const int32_t* __restrict__ indices,
-                                                                      int topk, int num_rows, const int4* __restrict__ blocks,
-                                                                      float* partials, unsigned* arrivals, unsigned calls,
-                                                                      uint4* out, unsigned* sink) {
+                                                                      int topk, int num_rows, int rows_per_split, float* partials,
+                                                                      unsigned* arrivals, unsigned calls, uint4* out, unsigned* sink) {
   constexpr int kWarps = kMergeThreads / 32;
   __shared__ int s_rows[2048];
-  __shared__ int s_base[kListPerThread * kWarps];
+  __shared__ int s_counts[kListPerThread * kWarps + 1];
   __shared__ float4 s_part[kMergeThreads];
-  __shared__ int s_total;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int4 e = blocks[blockIdx.x];
-  const int t = e.x, s = e.y, n = e.z;
+  const int t = blockIdx.x / kMaxRowSplits, s = blockIdx.x % kMaxRowSplits;
   const int32_t* idx = indices + static_cast<int64_t>(t) * topk;
   int r[kListPerThread];
 #pragma unroll
@@ -171,39 +171,21 @@ __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint
     r[u] = k < topk ? __ldg(idx + k) : -1;
   }
   unsigned acc = 0;
+#pragma unroll
   for (int i = threadIdx.x; i < kQVec4; i += kMergeThreads) {
     const uint4 v = __ldg(q + static_cast<int64_t>(t) * kQVec4 + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  // Position order: (u, warp) groups of 32 positions; warp 0 scans the 64 group counts.
-  unsigned ballot[kListPerThread];
+  // The kernels' compaction: valid rows in position order.
+  bool keep[kListPerThread];
 #pragma unroll
-  for (int u = 0; u < kListPerThread; ++u) {
-    ballot[u] = __ballot_sync(0xffffffffu, r[u] >= 0 && r[u] < num_rows);
-    if (lane == 0) s_base[u * kWarps + warp] = __popc(ballot[u]);
-  }
-  __syncthreads();
-  if (warp == 0) {
-    static_assert(kListPerThread * kWarps == 64, "two group counts per lane");
-    const int a = s_base[2 * lane], b = s_base[2 * lane + 1];
-    int incl = a + b;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int o = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += o;
-    }
-    s_base[2 * lane] = incl - a - b;
-    s_base[2 * lane + 1] = incl - b;
-    if (lane == 31) s_total = incl;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int u = 0; u < kListPerThread; ++u)
-    if ((ballot[u] >> lane) & 1u) s_rows[s_base[u * kWarps + warp] + __popc(ballot[u] & ((1u << lane) - 1u))] = r[u];
-  __syncthreads();
-  const int total = s_total;
-  const int begin = static_cast<int>(static_cast<int64_t>(s) * total / n);
-  const int end = static_cast<int>(static_cast<int64_t>(s + 1) * total / n);
+  for (int u = 0; u < kListPerThread; ++u) keep[u] = r[u] >= 0 && r[u] < num_rows;
+  const int m = detail::block_compact<kListPerThread, kMergeThreads>(keep, s_counts, [&](int rank, int u) { s_rows[rank] = r[u]; });
+  __syncthreads();  // s_rows complete
+  int n = 1;
+  while (n < kMaxRowSplits && n * rows_per_split < m) n *= 2;
+  if (s >= n) return;
+  const int begin = s * m / n, end = (s + 1) * m / n;
   for (int k = begin + warp; k < end; k += kWarps) {
     const int row = s_rows[k];
     const uint4* c = ckv + static_cast<int64_t>(row) * 64;
@@ -215,7 +197,8 @@ __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint
     }
   }
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
-  merge_split_outputs(v, t, s, n, blockIdx.x, e.w, gridDim.x, partials, arrivals, calls * unsigned(n), out, sink, s_part);
+  merge_split_outputs(v, t, s, n, blockIdx.x, static_cast<int64_t>(t) * kMaxRowSplits, gridDim.x, partials, arrivals,
+                      calls * unsigned(n), out, sink, s_part);
 }
 
 __global__ void stream_read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
@@ -329,15 +312,18 @@ int max_split_by_rows_blocks(int sm_count) {
   return per_sm * sm_count;
 }
 
-size_t split_by_rows_partials_bytes(int blocks) { return size_t(blocks) * (size_t(kPartialVec4) * 16 + kProbeHeads * 4); }
+size_t split_by_rows_partials_bytes(int num_tokens) {
+  return size_t(num_tokens) * kMaxRowSplits * (size_t(kPartialVec4) * 16 + kProbeHeads * 4);
+}
 
-void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int topk,
-                          int num_rows, const int32_t* blocks, int num_blocks, float* partials, unsigned* arrivals,
-                          unsigned calls, uint16_t* out, unsigned* sink, cudaStream_t stream) {
+void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int num_tokens,
+                          int topk, int num_rows, int rows_per_split, float* partials, unsigned* arrivals, unsigned calls,
+                          uint16_t* out, unsigned* sink, cudaStream_t stream) {
   if (topk > 2048) throw Error("launch_split_by_rows: topk must be <= 2048, got " + std::to_string(topk));
-  split_by_rows_kernel<<<num_blocks, kMergeThreads, 0, stream>>>(
+  if (rows_per_split < 1) throw Error("launch_split_by_rows: rows_per_split must be >= 1");
+  split_by_rows_kernel<<<static_cast<unsigned>(num_tokens * kMaxRowSplits), kMergeThreads, 0, stream>>>(
       reinterpret_cast<const uint4*>(ckv), reinterpret_cast<const uint4*>(kpe), reinterpret_cast<const uint4*>(q), indices, topk,
-      num_rows, reinterpret_cast<const int4*>(blocks), partials, arrivals, calls, reinterpret_cast<uint4*>(out), sink);
+      num_rows, rows_per_split, partials, arrivals, calls, reinterpret_cast<uint4*>(out), sink);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -24,17 +24,20 @@ void launch_gather_merge(const uint16_t* ckv, const uint16_t* kpe, const int32_t
                          unsigned* sink, cudaStream_t stream);
 size_t merge_partials_bytes(int num_tokens, int splits);
 int max_merge_blocks(int sm_count);
-// The output floor with each token split by its own valid rows (split_by_rows_kernel): block b
-// is split blocks[4b + 1] of blocks[4b + 2] (a power of 2 <= 64) of token blocks[4b], whose
-// blocks start at blocks[4b + 3] (token-major). Each block loads the token's Q (q [T, 16, 576]
-// bf16) and whole index list (topk <= 2048), compacts the valid rows, gathers its even share of
-// them and merges as launch_gather_merge does; a token of one block writes out unmerged.
-// `arrivals` [T] starts zeroed and only grows: call c of a sequence passes calls = c. With any
-// token of several blocks, num_blocks <= max_split_by_rows_blocks(sm_count) (all resident).
-void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int topk,
-                          int num_rows, const int32_t* blocks, int num_blocks, float* partials, unsigned* arrivals,
-                          unsigned calls, uint16_t* out, unsigned* sink, cudaStream_t stream);
-size_t split_by_rows_partials_bytes(int blocks);
+// The output floor with each token split by its own valid rows as fused rows decide it on the
+// device (split_by_rows_kernel): kMaxRowSplits blocks per token each load the token's Q
+// (q [T, 16, 576] bf16) and whole index list (topk <= 2048) and count its valid rows m; the
+// token takes the smallest power-of-2 splits n with n x rows_per_split >= m (<= kMaxRowSplits),
+// the other blocks leave, and the n blocks gather their share and merge as launch_gather_merge
+// does (one split writes out unmerged). `partials` holds split_by_rows_partials_bytes();
+// `arrivals` [T] starts zeroed and only grows: call c of a sequence passes calls = c. Where any
+// token takes several splits, the T x kMaxRowSplits blocks must fit the chip at once
+// (max_split_by_rows_blocks).
+constexpr int kMaxRowSplits = 64;
+void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int num_tokens,
+                          int topk, int num_rows, int rows_per_split, float* partials, unsigned* arrivals, unsigned calls,
+                          uint16_t* out, unsigned* sink, cudaStream_t stream);
+size_t split_by_rows_partials_bytes(int num_tokens);
 int max_split_by_rows_blocks(int sm_count);
 // Reads `bytes` (multiple of 16) from `src` once with 16-byte loads.
 void launch_stream_read(const void* src, size_t bytes, int sm_count, unsigned* sink, cudaStream_t stream);

@@ -119,10 +119,11 @@ struct Result {
   // at its best split and the better of index and row order; 0 splits: not measured.
   Timing output_floor;
   int output_splits = 0;
-  // The output floor with each token split by its own valid rows into blocks of at most
-  // `per_token_rows` (power-of-2 splits <= 64; a token of one block is not merged), every block
-  // also loading Q and compacting the whole list (launch_split_by_rows): what fused rows and a
-  // balanced schedule must pay. Best over rows per block and both orders; 0 rows: not measured.
+  // The output floor with each token split by its own valid rows, as fused rows decide it on the
+  // device: 64 blocks per token load Q and the whole list and count the valid rows, the token
+  // takes the smallest power-of-2 splits of at most `per_token_rows` rows each, the others leave
+  // (launch_split_by_rows); a token of one split is not merged. Best over rows per split and both
+  // orders; 0 rows: not measured (topk > 2048, or T x 64 blocks not all resident: T > 16).
   Timing per_token_floor;
   int per_token_rows = 0;
   std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
@@ -293,52 +294,38 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
 }
 
 // The per-token output floor (Result::per_token_floor) over the case's index list `indices`
-// (host copy of d_idx): {timing, rows per block}, or {{}, 0} (topk > 2048, nothing resident).
+// (host copy of d_idx): {timing, rows per split}, or {{}, 0} (topk > 2048, blocks not resident).
 std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, const std::vector<int32_t>& indices, int T,
                                        int topk, KernelTimer& timer, Timer which, const Options& o, int sm_count,
                                        unsigned* sink) {
-  if (topk > 2048) return {{}, 0};
+  // Its T x 64 blocks must all be resident for its barriers; with fewer, it could
+  // not split tokens freely and would be no floor.
+  if (topk > 2048 || int64_t(T) * kMaxRowSplits > max_split_by_rows_blocks(sm_count)) return {{}, 0};
   const cudaStream_t stream = nullptr;
-  const int max_blocks = max_split_by_rows_blocks(sm_count);
-  std::vector<int> valid(T, 0);
-  for (int t = 0; t < T; ++t)
-    for (int k = 0; k < topk; ++k) valid[t] += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
+  int most_valid = 0;  // a token's valid rows, at most
+  for (int t = 0; t < T; ++t) {
+    int valid = 0;
+    for (int k = 0; k < topk; ++k) valid += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
+    most_valid = std::max(most_valid, valid);
+  }
+  std::vector<int> candidates;  // rows per split
+  for (int rows = 32; rows <= 2048; rows *= 2) {
+    if (rows > 32 && rows / 2 >= most_valid) break;  // the same splits as rows / 2
+    candidates.push_back(rows);
+  }
   DevicePtr q(device_copy(std::vector<uint16_t>(size_t(T) * 16 * (kCkvDim + kKpeDim), 0x3f80)));
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
+  DevicePtr partials(device_copy(std::vector<uint8_t>(split_by_rows_partials_bytes(T))));
   DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned)));  // the barrier's give-up flag
-  std::map<int, std::vector<int32_t>> tables;  // rows per block -> {t, s, n, b0} per block
-  std::vector<std::vector<int32_t>> seen;
-  for (int rows = 32; rows <= 2048; rows *= 2) {
-    std::vector<int32_t> table;
-    bool merges = false;
-    for (int t = 0; t < T; ++t) {
-      int n = 1;
-      while (n < 64 && int64_t(n) * rows < valid[t]) n *= 2;
-      merges |= n > 1;
-      const int b0 = static_cast<int>(table.size() / 4);
-      for (int sp = 0; sp < n; ++sp) table.insert(table.end(), {t, sp, n, b0});
-    }
-    const int blocks = static_cast<int>(table.size() / 4);
-    if ((merges && blocks > max_blocks) || blocks > 400000) continue;
-    if (std::find(seen.begin(), seen.end(), table) != seen.end()) continue;  // the same splits as a smaller size
-    seen.push_back(table);
-    tables[rows] = std::move(table);
-  }
-  std::vector<int> candidates;
-  for (const auto& [rows, table] : tables) candidates.push_back(rows);
   const auto best = best_split(candidates, o, [&](int rows, int reps, int warmup) {
-    const auto& table = tables.at(rows);
-    const int blocks = static_cast<int>(table.size() / 4);
-    DevicePtr d_table(device_copy(table));
-    DevicePtr partials(device_copy(std::vector<uint8_t>(std::max<size_t>(split_by_rows_partials_bytes(blocks), 16))));
+    // Each token's arrivals grow by its splits per call: a count per rows-per-split value.
     DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
     unsigned calls = 0;
     return timer.time(which, [&] {
-      launch_split_by_rows(cache.ckv, cache.kpe, static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), topk,
-                           int(cache.rows()), static_cast<const int32_t*>(d_table.get()), blocks,
-                           static_cast<float*>(partials.get()), static_cast<unsigned*>(arrivals.get()), ++calls,
-                           static_cast<uint16_t*>(out.get()), sink, stream);
+      launch_split_by_rows(cache.ckv, cache.kpe, static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), T, topk,
+                           int(cache.rows()), rows, static_cast<float*>(partials.get()), static_cast<unsigned*>(arrivals.get()),
+                           ++calls, static_cast<uint16_t*>(out.get()), sink, stream);
     }, 1, reps, warmup);
   });
   unsigned gave_up = 0;
