@@ -15,6 +15,19 @@ constexpr int kProbeHeads = 16;  // the output floor's heads: one 16-head group 
 
 constexpr int kProbeThreads = 256;  // the gather and output floors' blocks
 
+// One warp reads one row: two ckv vectors per lane (1024 B) and lanes 0-7 one kpe vector (128
+// B). Returns a value that depends on every load.
+__device__ __forceinline__ unsigned load_row(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe, int row, int lane) {
+  const uint4* c = ckv + static_cast<int64_t>(row) * 64;
+  const uint4 a = __ldg(c + lane), b = __ldg(c + lane + 32);
+  unsigned acc = a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
+  if (lane < 8) {
+    const uint4 p = __ldg(kpe + static_cast<int64_t>(row) * 8 + lane);
+    acc ^= p.x ^ p.w;
+  }
+  return acc;
+}
+
 // Block b reads the rows of token b / splits listed in its chunk of index positions (chunk
 // b % splits of ceil(topk / splits)), one warp per row: 64 lanes-worth of ckv vectors (two per
 // lane) and 8 of kpe. Returns a value that depends on every load.
@@ -30,13 +43,7 @@ __device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ 
   for (int k = begin + warp; k < end; k += kProbeThreads / 32) {
     const int r = __ldg(idx + k);
     if (r < 0 || r >= num_rows) continue;
-    const uint4* c = ckv + static_cast<int64_t>(r) * 64;
-    const uint4 a = __ldg(c + lane), b = __ldg(c + lane + 32);
-    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
-    if (lane < 8) {
-      const uint4 p = __ldg(kpe + static_cast<int64_t>(r) * 8 + lane);
-      acc ^= p.x ^ p.w;
-    }
+    acc ^= load_row(ckv, kpe, r, lane);
   }
   return acc;
 }
@@ -187,14 +194,7 @@ __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint
   if (s >= n) return;
   const int begin = s * m / n, end = (s + 1) * m / n;
   for (int k = begin + warp; k < end; k += kWarps) {
-    const int row = s_rows[k];
-    const uint4* c = ckv + static_cast<int64_t>(row) * 64;
-    const uint4 x = __ldg(c + lane), y = __ldg(c + lane + 32);
-    acc ^= x.x ^ x.y ^ x.z ^ x.w ^ y.x ^ y.y ^ y.z ^ y.w;
-    if (lane < 8) {
-      const uint4 p = __ldg(kpe + static_cast<int64_t>(row) * 8 + lane);
-      acc ^= p.x ^ p.w;
-    }
+    acc ^= load_row(ckv, kpe, s_rows[k], lane);
   }
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
   merge_split_outputs(v, t, s, n, blockIdx.x, static_cast<int64_t>(t) * kMaxRowSplits, gridDim.x, partials, arrivals,
