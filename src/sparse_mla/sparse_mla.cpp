@@ -140,8 +140,8 @@ static DeviceInfo query_device(int device) {
   return d;
 }
 
-// Attribute queries cost microseconds and a device's answers never change, so every planner
-// call (the library's, the PyTorch op's, a C++ caller's) can ask once per call.
+// Attribute queries cost microseconds and a device's answers never change: one cache serves the
+// library's planner, the PyTorch op and C++ callers, however often they ask.
 DeviceInfo DeviceInfo::from_device(int device) {
   constexpr int kCached = 64;
   if (device < 0 || device >= kCached) return query_device(device);
