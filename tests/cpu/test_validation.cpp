@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dsa/sparse_mla.h"
+#include "error_message.h"
 #include "workload.h"
 
 namespace dsa {
@@ -114,12 +115,7 @@ TEST(Validate, SharedRowsForwardNeedsItsWorkspace) {
   const SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, forced);
   ASSERT_GT(plan.workspace_bytes, 0u);
   const auto error_of = [&](void* ws, size_t bytes) {
-    try {
-      sparse_mla_forward(p, plan, ws, bytes, nullptr);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return testing::error_message([&] { sparse_mla_forward(p, plan, ws, bytes, nullptr); });
   };
   EXPECT_NE(error_of(b.big.data(), plan.workspace_bytes - 1).find("workspace_bytes"), std::string::npos);
   EXPECT_NE(error_of(nullptr, plan.workspace_bytes).find("workspace"), std::string::npos);
@@ -133,12 +129,8 @@ TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   const SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0});
   ASSERT_GT(base.splits, 1);
   const auto refused = [&](SparseMlaPlan plan) {
-    try {
-      sparse_mla_forward(p, plan, nullptr, plan.workspace_bytes, nullptr);
-    } catch (const Error& e) {
-      return std::string(e.what()).find("fused_rows") != std::string::npos;
-    }
-    return false;
+    return testing::error_message([&] { sparse_mla_forward(p, plan, nullptr, plan.workspace_bytes, nullptr); })
+               .find("fused_rows") != std::string::npos;
   };
   SparseMlaPlan plan = base;
   plan.fused_rows = -1;
@@ -164,19 +156,11 @@ TEST(Validate, BalancedScheduleMisuseIsNamedBeforeAnyLaunch) {
   ASSERT_TRUE(plan.balanced);
   ASSERT_GT(plan.schedule_bytes, 0u);
   void* sched = b.big.data();
-  const auto error_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const auto make = [&](const SparseMlaProblem& q, const SparseMlaPlan& pl, void* s, size_t bytes) {
-    return error_of([&] { make_sparse_mla_schedule(q, pl, s, bytes, nullptr); });
+    return testing::error_message([&] { make_sparse_mla_schedule(q, pl, s, bytes, nullptr); });
   };
   const auto forward = [&](const SparseMlaProblem& q, const SparseMlaPlan& pl) {
-    return error_of([&] { sparse_mla_forward(q, pl, b.big.data(), pl.workspace_bytes, nullptr); });
+    return testing::error_message([&] { sparse_mla_forward(q, pl, b.big.data(), pl.workspace_bytes, nullptr); });
   };
   EXPECT_NE(make(p, plain, sched, plan.schedule_bytes).find("plan"), std::string::npos);  // not balanced
   SparseMlaProblem other = p;

@@ -20,6 +20,7 @@
 #include "dsa/sparse_mla.h"
 #include "sparse_mla/params.h"  // the balanced schedule's host rule and layout
 #include "device_buffer.h"
+#include "error_message.h"
 #include "host_problem.h"
 
 namespace dsa {
@@ -27,6 +28,7 @@ namespace {
 
 using testing::CapturedGraph;
 using testing::DeviceBuffer;
+using testing::error_message;
 using testing::Gpu;
 using testing::GpuWithParam;
 using testing::HostProblem;
@@ -745,26 +747,18 @@ TEST_F(Gpu, BalancedPlansNeedTheirScheduleAndOnlyThey) {
   DeviceProblem d(hp);
   SparseMlaProblem p = d.view();
   DeviceBuffer<uint8_t> ws(std::max(plan.workspace_bytes, plain.workspace_bytes)), schedule(plan.schedule_bytes);
-  const auto message = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  EXPECT_NE(message([&] { sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr); }).find("schedule"), std::string::npos);
-  EXPECT_NE(message([&] { make_sparse_mla_schedule(p, plain, schedule.ptr, plan.schedule_bytes, nullptr); }).find("plan"),
+  EXPECT_NE(error_message([&] { sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr); }).find("schedule"), std::string::npos);
+  EXPECT_NE(error_message([&] { make_sparse_mla_schedule(p, plain, schedule.ptr, plan.schedule_bytes, nullptr); }).find("plan"),
             std::string::npos);
-  EXPECT_NE(message([&] { make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes - 16, nullptr); }).find("schedule_bytes"),
+  EXPECT_NE(error_message([&] { make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes - 16, nullptr); }).find("schedule_bytes"),
             std::string::npos);
-  EXPECT_NE(message([&] { make_sparse_mla_schedule(p, plan, nullptr, plan.schedule_bytes, nullptr); }).find("schedule"),
+  EXPECT_NE(error_message([&] { make_sparse_mla_schedule(p, plan, nullptr, plan.schedule_bytes, nullptr); }).find("schedule"),
             std::string::npos);
   p.schedule = schedule.ptr;
-  EXPECT_NE(message([&] { sparse_mla_forward(p, plain, ws.ptr, plain.workspace_bytes, nullptr); }).find("schedule"), std::string::npos);
+  EXPECT_NE(error_message([&] { sparse_mla_forward(p, plain, ws.ptr, plain.workspace_bytes, nullptr); }).find("schedule"), std::string::npos);
   SparseMlaPlan edited = plan;
   edited.ctas += 1;
-  EXPECT_NE(message([&] { sparse_mla_forward(p, edited, ws.ptr, plan.workspace_bytes, nullptr); }).find("plan"), std::string::npos);
+  EXPECT_NE(error_message([&] { sparse_mla_forward(p, edited, ws.ptr, plan.workspace_bytes, nullptr); }).find("plan"), std::string::npos);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing was launched
 }
 
