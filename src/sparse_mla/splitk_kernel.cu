@@ -13,7 +13,8 @@
 //      the tile; the 4 partials are summed through shared memory, so every warp holds the full S
 //      and runs the same online softmax (base 2).
 //   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
-//   6. The normalised 16 x 512 tile is staged in shared memory and written as whole rows:
+//   6. The normalised 16 x 512 tile is staged in shared memory (bf16 by stmatrix) and written as
+//      whole rows with 16-byte stores:
 //      bf16 out + lse when splits == 1, else fp32 partials + the split's lse, which a combine
 //      kernel (programmatic dependent launch) merges.
 // Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
@@ -46,6 +47,11 @@
 //   v10 (balanced) a plan whose splits a per-step schedule sizes by each token's valid rows
 //                  (make_sparse_mla_schedule, opt-in): runs of 1-2048 rows T=64 / 128 50.3 / 89.3
 //                  -> 45.7 / 78.4, 300 rows each T=64 28.5 -> 22.6 (run 186)
+//   v11          9.8    |  70.0 |  606.7 |   -    epilogue: the bf16 tile staged by stmatrix (8 per warp,
+//                                                 not 32 stores), rows stored at a fixed stride, rcp / lg2
+//                                                 approximations (no slow-path branches); the fused CTA's
+//                                                 epilogue 0.97 -> 0.49 us, T=1 2-valid 5.6 -> 5.1-5.2
+//                                                 (runs 206-207)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -75,6 +81,11 @@
 // Run 196: the fused T = 1 CTAs' index list loaded as their first instructions (first load at
 // SASS instruction 26, not 137): 2-valid 5.6 -> 5.9, T = 1 random 10.0 -> 10.4; the list itself
 // arrives ~2 us after its loads are issued.
+// Runs 201-207: a single CTA's chain is bound by its instructions (~2700 SASS, ~0.3 per cycle
+// per warp) more than by memory: with the L2 not flushed its phases take the same time. Loops
+// rolled to fetch less code: unchanged. Q's copies as 8 + 1 per thread at fixed offsets (no
+// division, one address): the compiler then issues them before the index loads, and even kept
+// behind them, Q is issued 0.3 us later and 2-valid is 0.3 us slower.
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -291,8 +302,11 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_schedule_kernel(const Spa
 // kBalanced: the plan's balanced schedule (p.balanced_slots > 0): the CTA's (token, split,
 // splits) come from the schedule's slot table, and its split takes an even share of the token's
 // row tiles.
+// __launch_bounds__(128, 2): two CTAs per SM, as the ~100 KB of shared memory of 16- and 32-row
+// tiles allows, which still leaves ptxas up to 255 registers; without the minimum it capped the
+// 32-row kernels at 168 registers and spilled once the epilogue used stmatrix.
 template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false>
-__global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const SparseMlaParams p) {
+__global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
   using Shape = TileShape<BK, STAGES>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
@@ -590,8 +604,8 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     const bool any = l_run[r] > 0.f;
-    inv_l[r] = any ? 1.f / l_run[r] : 0.f;
-    lse[r] = any ? m_run[r] + log2f(l_run[r]) : -INFINITY;
+    inv_l[r] = any ? ptx::rcp_approx(l_run[r]) : 0.f;
+    lse[r] = any ? m_run[r] + ptx::lg2_approx(l_run[r]) : -INFINITY;
   }
   const int g = lane / 4;
   const bool split_out = p.splits > 1 && !fused;
@@ -610,13 +624,16 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
         *reinterpret_cast<float2*>(so + (g + 8 * r) * kStagedStrideF32 + warp * kDimsPerWarpV + j * 8 + quad_col) =
             make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
   } else {
-    uint32_t* so = reinterpret_cast<uint32_t*>(s_tiles);
+    // stmatrix: matrices (rows 0-7, n-tile j), (8-15, j), (0-7, j+1), (8-15, j+1); lane l gives row
+    // l % 8 (+8 for l / 8 odd) of matrix l / 8.
+    const int row = (lane & 7) + ((lane >> 3) & 1) * 8, col = warp * kDimsPerWarpV + (lane >> 4) * 8;
+    const uint32_t base = ptx::smem_addr(s_tiles) + (row * kStagedStrideBf16 + col) * 2;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-        so[((g + 8 * r) * kStagedStrideBf16 + warp * kDimsPerWarpV + j * 8 + quad_col) / 2] =
-            ptx::pack_bf16x2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+    for (int j = 0; j < kDimsPerWarpV / 8; j += 2)
+      ptx::stmatrix_x4(base + j * 16, ptx::pack_bf16x2(o_acc[j][0] * inv_l[0], o_acc[j][1] * inv_l[0]),
+                       ptx::pack_bf16x2(o_acc[j][2] * inv_l[1], o_acc[j][3] * inv_l[1]),
+                       ptx::pack_bf16x2(o_acc[j + 1][0] * inv_l[0], o_acc[j + 1][1] * inv_l[0]),
+                       ptx::pack_bf16x2(o_acc[j + 1][2] * inv_l[1], o_acc[j + 1][3] * inv_l[1]));
   }
   if (warp == 0 && lane % 4 == 0) {
 #pragma unroll
@@ -629,23 +646,26 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_splitk_kernel(const Spars
     }
   }
   __syncthreads();
+  // Whole rows with 16-byte stores: fp32, one head per round (128 threads x 4 floats = 512);
+  // bf16, two heads per round (128 threads x 8 = 2 x 512). Addresses step by a fixed stride.
+  static_assert(kThreads * 4 == kCkvDim && kThreads * 8 == 2 * kCkvDim, "epilogue store rounds");
   if (split_out) {
     if (nvalid > 0) {  // the combine never reads O of an empty split
-      const float* so = reinterpret_cast<const float*>(s_tiles);
-      for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 4; i += kThreads) {
-        const int h = i / (kCkvDim / 4), c = i % (kCkvDim / 4);
-        const int64_t slot = partial_slot(h);
-        *reinterpret_cast<float4*>(p.partial_out + slot * kCkvDim + c * 4) =
-            *reinterpret_cast<const float4*>(so + h * kStagedStrideF32 + c * 4);
-      }
+      const float* src = reinterpret_cast<const float*>(s_tiles) + threadIdx.x * 4;
+      float* dst = p.partial_out + partial_slot(0) * kCkvDim + threadIdx.x * 4;
+      const int head_step = (kBalanced ? 1 : p.splits) * kCkvDim;  // partial_slot(h + 1) - partial_slot(h), x 512
+#pragma unroll
+      for (int h = 0; h < kHeadGroup; ++h)
+        *reinterpret_cast<float4*>(dst + h * head_step) = *reinterpret_cast<const float4*>(src + h * kStagedStrideF32);
     }
   } else {
-    const uint16_t* so = reinterpret_cast<const uint16_t*>(s_tiles);
-    for (int i = threadIdx.x; i < kHeadGroup * kCkvDim / 8; i += kThreads) {
-      const int h = i / (kCkvDim / 8), c = i % (kCkvDim / 8);
-      *reinterpret_cast<uint4*>(p.out + t * p.out_token_stride + (h0 + h) * p.out_head_stride + c * 8) =
-          *reinterpret_cast<const uint4*>(so + h * kStagedStrideBf16 + c * 8);
-    }
+    const int h = threadIdx.x / (kCkvDim / 8), c = threadIdx.x % (kCkvDim / 8);
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(s_tiles) + h * kStagedStrideBf16 + c * 8;
+    uint16_t* dst = p.out + t * p.out_token_stride + (h0 + h) * p.out_head_stride + c * 8;
+#pragma unroll
+    for (int k = 0; k < kHeadGroup / 2; ++k)
+      *reinterpret_cast<uint4*>(dst + k * 2 * p.out_head_stride) =
+          *reinterpret_cast<const uint4*>(src + k * 2 * kStagedStrideBf16);
   }
   mark(6);
   if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
