@@ -13,10 +13,9 @@
 //      the tile; the 4 partials are summed through shared memory, so every warp holds the full S
 //      and runs the same online softmax (base 2).
 //   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
-//   6. The normalised 16 x 512 tile is staged in shared memory (bf16 by stmatrix) and written as
-//      whole rows with 16-byte stores:
-//      bf16 out + lse when splits == 1, else fp32 partials + the split's lse, which a combine
-//      kernel (programmatic dependent launch) merges.
+//   6. Epilogue: bf16 out + lse when splits == 1 (the tile staged in shared memory by stmatrix,
+//      written as whole rows), else fp32 partials straight from the fragments + the split's
+//      lse, which a combine kernel (programmatic dependent launch) merges.
 // Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
 // and compacts it; a token with at most fused_rows valid rows is finished by split 0 alone
 // (bf16 out + lse, no partials), the other splits leave at once, and the combine, counting the
@@ -51,7 +50,11 @@
 //                                                 not 32 stores), rows stored at a fixed stride, rcp / lg2
 //                                                 approximations (no slow-path branches); the fused CTA's
 //                                                 epilogue 0.97 -> 0.49 us, T=1 2-valid 5.6 -> 5.1-5.2
-//                                                 (runs 206-207)
+//                                                 (runs 206-208)
+//   v12           9.5    |  69.8 |    -   |   -    fp32 partials stored straight from the fragments (a
+//                                                 quad writes one whole sector; no staging, no barrier):
+//                                                 T=8 runs 13.9 -> 13.5, T=4 of 33 rows 10.5 -> 10.0
+//                                                 (run 209)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -111,9 +114,8 @@ constexpr int kDimsPerWarpQk = kQkDim / kWarps;          // 144 = 9 k-steps of 1
 constexpr int kKStepsPerWarp = kDimsPerWarpQk / 16;      // 9
 constexpr int kDimsPerWarpV = kCkvDim / kWarps;          // 128
 constexpr int kMaxChunk = SparseMlaPlan::kMaxChunk;
-// Row strides of the output tile staged in shared memory by the epilogue (+8 elements: rows
-// of the 8 quads land in different banks).
-constexpr int kStagedStrideF32 = kCkvDim + 8;
+// Row stride of the bf16 output tile staged in shared memory by the epilogue (+8 elements: the
+// 8 rows of an stmatrix land in different banks).
 constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
@@ -127,7 +129,7 @@ struct TileShape {
   static constexpr int kQBytes = kHeadGroup * kRowBytes;
   static constexpr int kExchangeBytes = kWarps * kHeadGroup * BK * 4;
   static constexpr int kScratchBytes = kQBytes > kExchangeBytes ? kQBytes : kExchangeBytes;
-  static_assert(STAGES * kTileBytes >= kHeadGroup * kStagedStrideF32 * 4, "epilogue staging fits the tiles");
+  static_assert(STAGES * kTileBytes >= kHeadGroup * kStagedStrideBf16 * 2, "epilogue staging fits the tiles");
   static constexpr int smem_bytes(int chunk) {
     return STAGES * kTileBytes + kScratchBytes + ((chunk * 4 + 15) / 16) * 16;
   }
@@ -595,9 +597,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
   mark(5);
 
-  // 6. Epilogue: normalise, stage the 16 x 512 tile in shared memory (the pipeline buffers are
-  //    free now), then write whole rows with 16-byte stores. Direct fragment stores (8 bytes,
-  //    half a sector per quad) took 0.8 us per CTA at T=1 (dsa-bench --timeline).
+  // 6. Epilogue: normalise; fp32 partials go straight from the fragments (a quad's 4 x 8 bytes
+  //    are one whole 32-byte sector); the bf16 tile is staged in shared memory (the pipeline
+  //    buffers are free now) and written as whole rows with 16-byte stores: its fragments'
+  //    4-byte stores, half a sector per quad, took 0.8 us per CTA at T=1 (dsa-bench --timeline).
   float inv_l[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -614,16 +617,24 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     return kBalanced ? (int64_t)(blockIdx.x / head_groups) * p.num_heads + h0 + i
                      : ((int64_t)t * p.num_heads + h0 + i) * p.splits + split;
   };
-  __syncthreads();  // every warp is done reading the tiles
   if (split_out) {
-    float* so = reinterpret_cast<float*>(s_tiles);
+    // fp32 partials straight from the fragments: a quad's 4 x 8 bytes are one whole sector.
+    if (nvalid > 0) {  // the combine never reads O of an empty split
+      const int head_step = (kBalanced ? 1 : p.splits) * kCkvDim;  // partial_slot(h + 1) - partial_slot(h), x 512
+      float* dst = p.partial_out + partial_slot(g) * kCkvDim + warp * kDimsPerWarpV + quad_col;
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-        *reinterpret_cast<float2*>(so + (g + 8 * r) * kStagedStrideF32 + warp * kDimsPerWarpV + j * 8 + quad_col) =
-            make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+        for (int j = 0; j < kDimsPerWarpV / 8; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * r * head_step + j * 8) =
+              make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+    }
+    if (lane % 4 == 0 && warp == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) p.partial_lse[partial_slot(g + 8 * r)] = lse[r];
+    }
   } else {
+    __syncthreads();  // every warp is done reading the tiles
     // stmatrix: matrices (rows 0-7, n-tile j), (8-15, j), (0-7, j+1), (8-15, j+1); lane l gives row
     // l % 8 (+8 for l / 8 odd) of matrix l / 8.
     const int row = (lane & 7) + ((lane >> 3) & 1) * 8, col = warp * kDimsPerWarpV + (lane >> 4) * 8;
@@ -634,31 +645,14 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
                        ptx::pack_bf16x2(o_acc[j][2] * inv_l[1], o_acc[j][3] * inv_l[1]),
                        ptx::pack_bf16x2(o_acc[j + 1][0] * inv_l[0], o_acc[j + 1][1] * inv_l[0]),
                        ptx::pack_bf16x2(o_acc[j + 1][2] * inv_l[1], o_acc[j + 1][3] * inv_l[1]));
-  }
-  if (warp == 0 && lane % 4 == 0) {
+    if (warp == 0 && lane % 4 == 0) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int h = h0 + g + 8 * r;
-      if (split_out)
-        p.partial_lse[partial_slot(g + 8 * r)] = lse[r];
-      else
-        p.lse[t * p.lse_token_stride + h] = lse[r];
+      for (int r = 0; r < 2; ++r) p.lse[t * p.lse_token_stride + h0 + g + 8 * r] = lse[r];
     }
-  }
-  __syncthreads();
-  // Whole rows with 16-byte stores: fp32, one head per round (128 threads x 4 floats = 512);
-  // bf16, two heads per round (128 threads x 8 = 2 x 512). Addresses step by a fixed stride.
-  static_assert(kThreads * 4 == kCkvDim && kThreads * 8 == 2 * kCkvDim, "epilogue store rounds");
-  if (split_out) {
-    if (nvalid > 0) {  // the combine never reads O of an empty split
-      const float* src = reinterpret_cast<const float*>(s_tiles) + threadIdx.x * 4;
-      float* dst = p.partial_out + partial_slot(0) * kCkvDim + threadIdx.x * 4;
-      const int head_step = (kBalanced ? 1 : p.splits) * kCkvDim;  // partial_slot(h + 1) - partial_slot(h), x 512
-#pragma unroll
-      for (int h = 0; h < kHeadGroup; ++h)
-        *reinterpret_cast<float4*>(dst + h * head_step) = *reinterpret_cast<const float4*>(src + h * kStagedStrideF32);
-    }
-  } else {
+    __syncthreads();
+    // Whole rows with 16-byte stores, two heads per round (128 threads x 8 = 2 x 512), addresses
+    // stepping by a fixed stride.
+    static_assert(kThreads * 8 == 2 * kCkvDim, "epilogue store rounds");
     const int h = threadIdx.x / (kCkvDim / 8), c = threadIdx.x % (kCkvDim / 8);
     const uint16_t* src = reinterpret_cast<const uint16_t*>(s_tiles) + h * kStagedStrideBf16 + c * 8;
     uint16_t* dst = p.out + t * p.out_token_stride + (h0 + h) * p.out_head_stride + c * 8;
