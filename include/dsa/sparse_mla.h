@@ -15,7 +15,8 @@
 //   void* ws; cudaMalloc(&ws, plan.workspace_bytes);           // caller owns the workspace
 //   dsa::sparse_mla_forward(p, plan, ws, plan.workspace_bytes, stream);
 // Decode batches of mixed lengths may instead plan with PlanChoice::balanced and make a
-// schedule once per step (make_sparse_mla_schedule, then p.schedule = it; see SparseMlaPlan).
+// schedule once per step (make_sparse_mla_schedule, then p.schedule and p.schedule_bytes; see
+// SparseMlaPlan).
 // The forward call allocates nothing, never synchronises the host and can be captured in a graph.
 #pragma once
 
@@ -72,8 +73,10 @@ struct SparseMlaProblem {
   int64_t lse_token_stride = 0;  // packed: H
   IndexSharing index_sharing = IndexSharing::unknown;  // a hint for the planner only
   // A balanced plan's schedule (SparseMlaPlan::balanced): the buffer make_sparse_mla_schedule
-  // wrote for this plan. nullptr for every other plan.
+  // wrote for this plan, and its size in bytes (>= plan.schedule_bytes; the forward refuses a
+  // smaller one). nullptr and 0 for every other plan.
   const void* schedule = nullptr;
+  size_t schedule_bytes = 0;
 };
 
 // What the planner needs to know about the device; from_device() reads it off a CUDA device.
@@ -188,7 +191,8 @@ void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& pl
 // For a balanced plan (SparseMlaPlan::balanced): counts each token's valid indices in
 // problem.indices and writes the schedule of split slots into `schedule` (plan.schedule_bytes,
 // 16-byte aligned, device memory the caller owns), asynchronously on `stream`. Once per decode
-// step serves every layer of it; then set problem.schedule for each forward call. It reads
+// step serves every layer of it; then set problem.schedule and problem.schedule_bytes for each
+// forward call. It reads
 // only the problem's shape, page_size, num_pages, indices and indices_token_stride (the other
 // pointers may be null). Allocates nothing and can be captured in a graph.
 void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* schedule,

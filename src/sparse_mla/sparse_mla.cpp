@@ -467,18 +467,27 @@ static void check_balanced_plan(const SparseMlaPlan& plan) {
     fail("plan", "inconsistent balanced schedule");
 }
 
+// The plan was made for the problem's shape.
+static void check_plan_shape(const SparseMlaProblem& problem, const SparseMlaPlan& plan) {
+  if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
+    fail("plan", "was made for another shape (T, H, topk)");
+}
+
+// A schedule buffer of `bytes` holds the plan's schedule; `name` is the argument that gave its size.
+static void check_schedule_bytes(const SparseMlaPlan& plan, size_t bytes, const char* name, const char* hint = "") {
+  if (bytes < plan.schedule_bytes)
+    fail(name, "must be >= plan.schedule_bytes (" + std::to_string(plan.schedule_bytes) + "), got " + std::to_string(bytes) + hint);
+}
+
 void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* schedule,
                               size_t schedule_bytes, cudaStream_t stream) {
   validate_indices(problem);
-  if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
-    fail("plan", "was made for another shape (T, H, topk)");
+  check_plan_shape(problem, plan);
   if (!plan.balanced) fail("plan", "is not balanced: only a balanced plan takes a schedule (PlanChoice::balanced)");
   check_balanced_plan(plan);
   if (problem.num_tokens == 0) return;
   require_pointer(schedule, "schedule", 16);
-  if (schedule_bytes < plan.schedule_bytes)
-    fail("schedule_bytes", "must be >= plan.schedule_bytes (" + std::to_string(plan.schedule_bytes) + "), got " +
-                               std::to_string(schedule_bytes));
+  check_schedule_bytes(plan, schedule_bytes, "schedule_bytes");
   detail::SparseMlaParams k = make_params(problem);
   k.block_keys = plan.block_keys;
   k.splits = plan.splits;
@@ -491,8 +500,7 @@ namespace detail {
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline) {
   validate(problem);
-  if (plan.num_tokens != problem.num_tokens || plan.num_heads != problem.num_heads || plan.topk != problem.topk)
-    fail("plan", "was made for another shape (T, H, topk)");
+  check_plan_shape(problem, plan);
   if (!plan.balanced && problem.schedule != nullptr)
     fail("schedule", "is set, but the plan is not balanced (SparseMlaPlan::balanced)");
   if (plan.kernel == SparseMlaKernel::shared_rows) {
@@ -530,6 +538,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     if (problem.schedule == nullptr)
       fail("schedule", "a balanced plan needs the schedule make_sparse_mla_schedule wrote (SparseMlaPlan::balanced)");
     require_pointer(problem.schedule, "schedule", 16);
+    check_schedule_bytes(plan, problem.schedule_bytes, "schedule_bytes", " (a schedule made for another shape?)");
     require_workspace(workspace, workspace_bytes, balanced_workspace_for(problem.num_heads, balanced_slots(plan)));
     detail::SparseMlaParams k = make_params(problem);
     k.block_keys = plan.block_keys;

@@ -177,6 +177,10 @@ TEST(Validate, BalancedScheduleMisuseIsNamedBeforeAnyLaunch) {
   EXPECT_NE(make(p, edited, sched, plan.schedule_bytes).find("inconsistent balanced"), std::string::npos);
   EXPECT_NE(forward(p, plan).find("schedule"), std::string::npos);  // a balanced plan without one
   p.schedule = sched;
+  EXPECT_NE(forward(p, plan).find("schedule_bytes"), std::string::npos);  // its size left 0
+  p.schedule_bytes = plan.schedule_bytes - 16;
+  EXPECT_NE(forward(p, plan).find("schedule_bytes"), std::string::npos);  // a buffer too small
+  p.schedule_bytes = plan.schedule_bytes;
   EXPECT_NE(forward(p, plain).find("schedule"), std::string::npos);  // one, for a plan that takes none
   EXPECT_NE(forward(p, edited).find("inconsistent balanced"), std::string::npos);
   // The schedule needs no q, cache or output pointers (nothing to launch for T = 0).

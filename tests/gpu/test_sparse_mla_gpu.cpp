@@ -663,6 +663,7 @@ Agreement balanced_forward_and_judge(const HostProblem& hp, const HostProblem& s
   make_sparse_mla_schedule(d_from.view(), plan, sched.ptr, plan.schedule_bytes, nullptr);
   SparseMlaProblem p = d.view();
   p.schedule = sched.ptr;
+  p.schedule_bytes = plan.schedule_bytes;
   sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   if (schedule != nullptr) *schedule = sched.get();
@@ -848,7 +849,7 @@ void expect_graph_replays_agree(const HostProblem& hp, const SparseMlaPlan& plan
   DeviceProblem d(hp);
   SparseMlaProblem p = d.view();
   DeviceBuffer<uint8_t> ws(plan.workspace_bytes), schedule(plan.schedule_bytes);
-  if (plan.balanced) p.schedule = schedule.ptr;
+  if (plan.balanced) p.schedule = schedule.ptr, p.schedule_bytes = plan.schedule_bytes;
   CapturedGraph graph([&](cudaStream_t stream) {  // a balanced plan: its schedule is made in the graph too
     if (plan.balanced) make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes, stream);
     sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, stream);

@@ -221,7 +221,7 @@ def test_balanced_schedule_and_forward_in_a_cuda_graph():
 def test_balanced_schedule_errors_are_clear():
     args = make_inputs(T=4, seed=66)
     sched = dsa.sparse_mla_schedule(args[4], args[2], 16)
-    with pytest.raises(RuntimeError, match="schedule has"):
+    with pytest.raises(RuntimeError, match="schedule_bytes: must be >="):
         dsa.sparse_mla_forward(*args, SM_SCALE, schedule=sched[:16])
     with pytest.raises(RuntimeError, match="schedule must be Byte"):
         dsa.sparse_mla_forward(*args, SM_SCALE, schedule=sched.int())

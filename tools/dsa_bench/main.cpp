@@ -371,6 +371,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     d_schedule.reset(schedule);
     make_sparse_mla_schedule(p, res.plan, schedule, res.plan.schedule_bytes, stream);
     p.schedule = schedule;
+    p.schedule_bytes = res.plan.schedule_bytes;
   }
 
   // Verify first: the kernel and the GPU reference on the same inputs, outputs poisoned.
