@@ -192,9 +192,9 @@ void sparse_mla_forward(const SparseMlaProblem& problem, const SparseMlaPlan& pl
 // problem.indices and writes the schedule of split slots into `schedule` (plan.schedule_bytes,
 // 16-byte aligned, device memory the caller owns), asynchronously on `stream`. Once per decode
 // step serves every layer of it; then set problem.schedule and problem.schedule_bytes for each
-// forward call. It reads
-// only the problem's shape, page_size, num_pages, indices and indices_token_stride (the other
-// pointers may be null). Allocates nothing and can be captured in a graph.
+// forward call. It reads only the problem's shape, page_size, num_pages, indices and
+// indices_token_stride (the other pointers may be null). Allocates nothing and can be captured
+// in a graph.
 void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* schedule,
                               size_t schedule_bytes, cudaStream_t stream);
 

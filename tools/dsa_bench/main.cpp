@@ -508,18 +508,18 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
                      });
   DevicePtr d_idx_row_order(device_copy(in_row_order));
   res.gather_row_order = gather_floor(static_cast<const int32_t*>(d_idx_row_order.get())).first;
-  // The output floor over both orders: a kernel may read its rows in either.
-  std::tie(res.output_floor, res.output_splits) = output_floor(cache, d_idx.get(), T, topk, timer, which, o, sm_count, sink);
-  const auto in_order = output_floor(cache, d_idx_row_order.get(), T, topk, timer, which, o, sm_count, sink);
-  if (in_order.second > 0 && (res.output_splits == 0 || in_order.first.median_us < res.output_floor.median_us))
-    std::tie(res.output_floor, res.output_splits) = in_order;
-  std::tie(res.per_token_floor, res.per_token_rows) =
-      per_token_floor(cache, d_idx.get(), indices, T, topk, timer, which, o, sm_count, sink);
-  const auto per_token_in_order =
+  // The output floors over both orders: a kernel may read its rows in either. A floor is
+  // {timing, its split}, split 0 where it was not measured.
+  const auto faster = [](const std::pair<Timing, int>& a, const std::pair<Timing, int>& b) {
+    return b.second > 0 && (a.second == 0 || b.first.median_us < a.first.median_us) ? b : a;
+  };
+  const auto output_in_index_order = output_floor(cache, d_idx.get(), T, topk, timer, which, o, sm_count, sink);
+  const auto output_in_row_order = output_floor(cache, d_idx_row_order.get(), T, topk, timer, which, o, sm_count, sink);
+  std::tie(res.output_floor, res.output_splits) = faster(output_in_index_order, output_in_row_order);
+  const auto per_token_in_index_order = per_token_floor(cache, d_idx.get(), indices, T, topk, timer, which, o, sm_count, sink);
+  const auto per_token_in_row_order =
       per_token_floor(cache, d_idx_row_order.get(), in_row_order, T, topk, timer, which, o, sm_count, sink);
-  if (per_token_in_order.second > 0 &&
-      (res.per_token_rows == 0 || per_token_in_order.first.median_us < res.per_token_floor.median_us))
-    std::tie(res.per_token_floor, res.per_token_rows) = per_token_in_order;
+  std::tie(res.per_token_floor, res.per_token_rows) = faster(per_token_in_index_order, per_token_in_row_order);
   return res;
 }
 
