@@ -45,8 +45,12 @@ size_t balanced_workspace_for(int num_heads, int slots) {
 }
 // A balanced plan's split slots per head group.
 int balanced_slots(const SparseMlaPlan& plan) { return plan.ctas / (plan.num_heads / kHeadGroup); }
-// The schedule's pointers (params.h, schedule_layout) and the partials by slot.
+// A balanced plan's tile size and splits, the schedule's pointers (params.h, schedule_layout) and
+// the partials by slot.
 void set_balanced(detail::SparseMlaParams& p, const SparseMlaPlan& plan, void* workspace, const void* schedule) {
+  p.block_keys = plan.block_keys;
+  p.splits = plan.splits;
+  p.chunk = plan.chunk;
   p.balanced_slots = balanced_slots(plan);
   const detail::ScheduleLayout l = detail::schedule_layout(p.num_tokens, p.balanced_slots);
   uint8_t* base = static_cast<uint8_t*>(const_cast<void*>(schedule));  // the forward only reads it
@@ -489,8 +493,6 @@ void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPl
   require_pointer(schedule, "schedule", 16);
   check_schedule_bytes(plan, schedule_bytes, "schedule_bytes");
   detail::SparseMlaParams k = make_params(problem);
-  k.block_keys = plan.block_keys;
-  k.splits = plan.splits;
   set_balanced(k, plan, nullptr, schedule);
   detail::launch_sparse_mla_schedule(k, stream);
 }
@@ -541,9 +543,6 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     check_schedule_bytes(plan, problem.schedule_bytes, "schedule_bytes", " (a schedule made for another shape?)");
     require_workspace(workspace, workspace_bytes, balanced_workspace_for(problem.num_heads, balanced_slots(plan)));
     detail::SparseMlaParams k = make_params(problem);
-    k.block_keys = plan.block_keys;
-    k.splits = plan.splits;
-    k.chunk = plan.chunk;
     set_balanced(k, plan, workspace, problem.schedule);
     k.timeline = timeline;
     launch_sparse_mla_splitk(k, stream, stage);

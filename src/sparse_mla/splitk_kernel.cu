@@ -16,6 +16,8 @@
 //   6. Epilogue: bf16 out + lse when splits == 1 (the tile staged in shared memory by stmatrix,
 //      written as whole rows), else fp32 partials straight from the fragments + the split's
 //      lse, which a combine kernel (programmatic dependent launch) merges.
+// Lists of at most 2 valid rows (kLeanRows) in a CTA that writes bf16 skip steps 3-6 after the
+// compaction: each warp finishes 4 heads with FMAs from registers (lean_rows_forward).
 // Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
 // and compacts it; a token with at most fused_rows valid rows is finished by split 0 alone
 // (bf16 out + lse, no partials), the other splits leave at once, and the combine, counting the
@@ -55,6 +57,13 @@
 //                                                 quad writes one whole sector; no staging, no barrier):
 //                                                 T=8 runs 13.9 -> 13.5, T=4 of 33 rows 10.5 -> 10.0
 //                                                 (run 209)
+//   v13           9.5    |  69.6 |    -   |   -    lists of at most 2 rows without the tile pipeline: each
+//                                                 warp takes 4 heads, rows and Q into registers, scores by
+//                                                 FMAs and one warp reduction, stores from registers; T=1
+//                                                 with 1 / 2 valid rows 5.1 -> 4.0 / 4.3, T=1024 of 2 rows
+//                                                 31.1 -> 27.1, 128 heads 2 rows 5.8 -> 5.2; 3-4 rows 5.1 ->
+//                                                 5.2 (runs 214-217). With the count at run time for up to
+//                                                 4 rows, every row's predicated code issued: 4 rows 5.8
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -294,6 +303,142 @@ __global__ void __launch_bounds__(kThreads) sparse_mla_schedule_kernel(const Spa
   if (threadIdx.x == 0) p.schedule[0] = make_int4(T, slots, p.num_heads / kHeadGroup, kScheduleMagic);
 }
 
+// ---- lists of at most 2 rows: plain FMAs, no tile pipeline -------------------------------------
+// A CTA that writes its token's bf16 output itself (fused rows, or one split per token) and holds
+// at most kLeanRows rows skips the pipeline: the tile's math and the staged epilogue took 1.1 us
+// of instruction latency for 2 rows (4 barriers, the scores' exchange, stmatrix staging; perf.md
+// runs 201-204). Warp w takes heads 4w .. 4w+3 whole, so nothing crosses warps: lane l holds ckv
+// dims [8l, 8l+8) and [256+8l, 256+8l+8) and (l < 8) kpe dims [8l, 8l+8) of every row and head,
+// a score is one warp reduction, and the output's 16 dims per lane and head are stored from
+// registers as two 16-byte vectors (a warp's store is 512 contiguous bytes). The row count is a
+// template argument: a version for up to 4 rows with the count at run time issued every row's
+// predicated code and ran 2 rows in 4.9 us, 4 rows in 5.8 (the tile path: 5.1; run 214).
+constexpr int kLeanRows = 2;
+constexpr int kLeanHeads = kHeadGroup / kWarps;  // heads per warp
+constexpr int kLeanDims = 24;                    // dims per lane and row: 2 ckv vectors + 1 kpe vector (lanes 0-7)
+
+// The 8 bf16 of a 16-byte vector as floats.
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// Rows rows[0 .. N) of token t against heads h0 .. h0+15, whose Q is (or is being) staged at s_q
+// by the CTA's cp.async group: bf16 out and lse. Waits for every cp.async of the CTA. Timeline
+// points: 3 Q staged, 4 Q in registers, 5 scores (the rows landed), 6 stored.
+template <int N, typename Mark>
+__device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, const int* rows, int t, int h0,
+                                                  const uint8_t* s_q, Mark mark) {
+  static_assert(N >= 0 && N <= kLeanRows, "lean row count");
+  constexpr int kN = N > 0 ? N : 1;  // array extents
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const bool has_pe = lane < kKpeDim * 2 / 16;
+  // The rows into registers first, every load in flight (they head the chain).
+  uint4 raw[kN][3];
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    const int64_t row = rows[r];
+    const uint4* ckv = reinterpret_cast<const uint4*>(p.ckv + row * p.ckv_row_stride) + lane;
+    raw[r][0] = __ldg(ckv);
+    raw[r][1] = __ldg(ckv + 32);
+    raw[r][2] = make_uint4(0u, 0u, 0u, 0u);  // lanes 8-31 hold no kpe dims
+    if (has_pe) raw[r][2] = __ldg(reinterpret_cast<const uint4*>(p.kpe + row * p.kpe_row_stride) + lane);
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();  // Q staged by every thread's copies
+  mark(3);
+  float s[kLeanHeads][kN];
+  if constexpr (N > 0) {
+    float q[kLeanHeads][kLeanDims];
+#pragma unroll
+    for (int h = 0; h < kLeanHeads; ++h) {
+      const uint4* src = reinterpret_cast<const uint4*>(s_q + (warp * kLeanHeads + h) * kRowBytes) + lane;
+      bf16x8_to_float(src[0], q[h]);
+      bf16x8_to_float(src[32], q[h] + 8);
+      uint4 pe = make_uint4(0u, 0u, 0u, 0u);
+      if (has_pe) pe = src[64];
+      bf16x8_to_float(pe, q[h] + 16);
+    }
+    mark(4);
+    // Scores: this lane's dims (4 N independent chains), then the warp's sum, which every lane gets.
+#pragma unroll
+    for (int r = 0; r < N; ++r) {
+      float k[kLeanDims];
+#pragma unroll
+      for (int c = 0; c < 3; ++c) bf16x8_to_float(raw[r][c], k + 8 * c);
+#pragma unroll
+      for (int h = 0; h < kLeanHeads; ++h) {
+        float acc = 0.f;
+#pragma unroll
+        for (int d = 0; d < kLeanDims; ++d) acc = fmaf(q[h][d], k[d], acc);
+        s[h][r] = acc;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int r = 0; r < N; ++r)
+#pragma unroll
+        for (int h = 0; h < kLeanHeads; ++h) s[h][r] += __shfl_xor_sync(0xffffffffu, s[h][r], o);
+    mark(5);
+  }
+  // Softmax (base 2) and O = P V: 16 dims per lane and head. One row: its weight is 1.
+  const float scale = p.scale_log2;
+  float v[kN][16];
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    bf16x8_to_float(raw[r][0], v[r]);
+    bf16x8_to_float(raw[r][1], v[r] + 8);
+  }
+#pragma unroll
+  for (int h = 0; h < kLeanHeads; ++h) {
+    float o[16], lse;
+    if constexpr (N == 0) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) o[i] = 0.f;
+      lse = -INFINITY;
+    } else if constexpr (N == 1) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) o[i] = v[0][i];
+      lse = s[h][0] * scale;
+    } else {
+      float m = s[h][0] * scale;
+#pragma unroll
+      for (int r = 1; r < N; ++r) m = fmaxf(m, s[h][r] * scale);
+      float w[kN], l = 0.f;
+#pragma unroll
+      for (int r = 0; r < N; ++r) {
+        w[r] = ptx::exp2_approx(s[h][r] * scale - m);
+        l += w[r];
+      }
+      const float inv = ptx::rcp_approx(l);  // l >= 1
+#pragma unroll
+      for (int r = 0; r < N; ++r) w[r] *= inv;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float acc = 0.f;
+#pragma unroll
+        for (int r = 0; r < N; ++r) acc = fmaf(w[r], v[r][i], acc);
+        o[i] = acc;
+      }
+      lse = m + ptx::lg2_approx(l);
+    }
+    const int head = h0 + warp * kLeanHeads + h;
+    uint32_t b[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) b[i] = ptx::pack_bf16x2(o[2 * i], o[2 * i + 1]);
+    uint4* dst = reinterpret_cast<uint4*>(p.out + t * p.out_token_stride + head * p.out_head_stride) + lane;
+    dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
+    dst[32] = make_uint4(b[4], b[5], b[6], b[7]);
+    if (lane == 0) p.lse[t * p.lse_token_stride + head] = lse;
+  }
+  mark(6);
+}
+
 // The dissection variants leave the tile loop early on purpose ("loop is not reachable").
 #pragma nv_diag_suppress 128
 // kStage < kStageFull builds the dissection variants of dsa-bench (--stage): the kernel stops
@@ -448,6 +593,21 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   }
   const int* rows = s_rows + row0;
   mark(2);
+  // Splits merged by the combine write fp32 partials; every other CTA writes bf16 out + lse.
+  const bool split_out = p.splits > 1 && !fused;
+  if constexpr (kStage == kStageFull) {
+    if (!split_out && nvalid <= kLeanRows) {
+      static_assert(kLeanRows == 2, "one case per row count");
+      if (nvalid == 0)
+        lean_rows_forward<0>(p, rows, t, h0, s_scratch, mark);
+      else if (nvalid == 1)
+        lean_rows_forward<1>(p, rows, t, h0, s_scratch, mark);
+      else
+        lean_rows_forward<2>(p, rows, t, h0, s_scratch, mark);
+      if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+      return;
+    }
+  }
 
   // 4. Prologue: first STAGES-1 tiles in flight.
   const int ntiles = (nvalid + BK - 1) / BK;
@@ -611,7 +771,6 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     lse[r] = any ? m_run[r] + ptx::lg2_approx(l_run[r]) : -INFINITY;
   }
   const int g = lane / 4;
-  const bool split_out = p.splits > 1 && !fused;
   // The partial slot of head h0 + i: [T, H, splits], or balanced [split slot, H].
   const auto partial_slot = [&](int i) {
     return kBalanced ? (int64_t)(blockIdx.x / head_groups) * p.num_heads + h0 + i
@@ -620,14 +779,13 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   if (split_out) {
     // fp32 partials straight from the fragments: a quad's 4 x 8 bytes are one whole sector.
     if (nvalid > 0) {  // the combine never reads O of an empty split
-      const int head_step = (kBalanced ? 1 : p.splits) * kCkvDim;  // partial_slot(h + 1) - partial_slot(h), x 512
-      float* dst = p.partial_out + partial_slot(g) * kCkvDim + warp * kDimsPerWarpV + quad_col;
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+      for (int r = 0; r < 2; ++r) {  // rows g and g + 8
+        float* dst = p.partial_out + partial_slot(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV + quad_col;
 #pragma unroll
         for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-          *reinterpret_cast<float2*>(dst + 8 * r * head_step + j * 8) =
-              make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+          *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+      }
     }
     if (lane % 4 == 0 && warp == 0) {
 #pragma unroll

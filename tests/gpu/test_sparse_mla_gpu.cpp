@@ -670,6 +670,54 @@ Agreement balanced_forward_and_judge(const HostProblem& hp, const HostProblem& s
   return judge(d, ro, rl);
 }
 
+// ---- lists of at most 4 valid rows: the lean path (FMAs, no tile pipeline) -----------------
+// Every token of T holds counts[(t + shift) % 7] valid rows, 0-6 (the lean path takes up to 4),
+// at random positions among -1 and out-of-range entries, its second row a repeat of its first.
+// Each head count; the planner's plan (fused rows at small T), one split per token (every CTA
+// writes bf16 itself), row order and, at 16 heads, a balanced plan; outputs strided.
+TEST_F(Gpu, FewRowsAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  std::vector<int> counts = {0, 1, 2, 3, 4, 5, 6};
+  int shift = 0;
+  for (int H : {16, 32, 64, 128})
+    for (int T : {1, 1, 1, 7, 40}) {
+      std::rotate(counts.begin(), counts.begin() + (shift++ % 3 + 1), counts.end());
+      HostProblem hp = problem_with_valid_counts(T, H, counts, seed_of(T, H, shift, 13));
+      for (int t = 0; t < T; ++t) {  // the second valid entry repeats the first
+        int32_t* list = &hp.indices[size_t(t) * 2048];
+        int32_t* first = nullptr;
+        for (int k = 0; k < 2048; ++k)
+          if (list[k] >= 0 && list[k] < hp.rows()) {
+            if (first == nullptr) {
+              first = &list[k];
+            } else {
+              list[k] = *first;
+              break;
+            }
+          }
+      }
+      DeviceProblem d(hp, /*out_pad=*/24, /*lse_pad=*/3);
+      const SparseMlaProblem p = d.view();
+      std::vector<double> ro, rl;
+      reference(hp, ro, rl);
+      PlanChoice one_split, row_order;
+      one_split.kernel = row_order.kernel = PlanChoice::Kernel::split_k;
+      one_split.splits = 1;
+      row_order.row_order = 1;
+      std::vector<SparseMlaPlan> plans = {plan_sparse_mla(p), plan_sparse_mla(T, H, 2048, dev, one_split),
+                                          plan_sparse_mla(T, H, 2048, dev, row_order)};
+      for (const SparseMlaPlan& plan : plans) {
+        const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+        EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << " first count " << counts[0] << " splits " << plan.splits
+                            << " fused_rows " << plan.fused_rows << " row_order " << plan.row_order << ": " << a.summary();
+      }
+      if (H == 16) {
+        const Agreement a = balanced_forward_and_judge(hp, hp);
+        EXPECT_TRUE(a.ok()) << "balanced T " << T << " first count " << counts[0] << ": " << a.summary();
+      }
+    }
+}
+
 struct BalancedCase {
   const char* name;
   int T, H, topk;
@@ -764,42 +812,45 @@ TEST_F(Gpu, BalancedPlansNeedTheirScheduleAndOnlyThey) {
 }
 
 // ---- strided q/out/lse and a combined ckv|kpe cache ----------------------------------------
+// Random lists, and one valid row per token (the lean path).
 TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
-  const HostProblem hp = make_problem(5, 16, 300, 16, 64, IndexPattern::random, 1234);
-  std::vector<double> ro, rl;
-  reference(hp, ro, rl);
+  for (IndexPattern pattern : {IndexPattern::random, IndexPattern::single_valid}) {
+    const HostProblem hp = make_problem(5, 16, 300, 16, 64, pattern, 1234);
+    std::vector<double> ro, rl;
+    reference(hp, ro, rl);
 
-  // q_nope|q_pe interleaved in one [T, H, 576] tensor padded to 600 per head (+8 per token);
-  // ckv|kpe in one [rows, 576] cache.
-  const int64_t q_hs = 600, q_ts = q_hs * hp.H + 8;
-  std::vector<uint16_t> q(size_t(hp.T) * q_ts, 0x7fc0), cache(size_t(hp.rows()) * 576);
-  for (int t = 0; t < hp.T; ++t)
-    for (int h = 0; h < hp.H; ++h) {
-      std::memcpy(&q[t * q_ts + h * q_hs], &hp.q_nope[(size_t(t) * hp.H + h) * 512], 1024);
-      std::memcpy(&q[t * q_ts + h * q_hs + 512], &hp.q_pe[(size_t(t) * hp.H + h) * 64], 128);
+    // q_nope|q_pe interleaved in one [T, H, 576] tensor padded to 600 per head (+8 per token);
+    // ckv|kpe in one [rows, 576] cache.
+    const int64_t q_hs = 600, q_ts = q_hs * hp.H + 8;
+    std::vector<uint16_t> q(size_t(hp.T) * q_ts, 0x7fc0), cache(size_t(hp.rows()) * 576);
+    for (int t = 0; t < hp.T; ++t)
+      for (int h = 0; h < hp.H; ++h) {
+        std::memcpy(&q[t * q_ts + h * q_hs], &hp.q_nope[(size_t(t) * hp.H + h) * 512], 1024);
+        std::memcpy(&q[t * q_ts + h * q_hs + 512], &hp.q_pe[(size_t(t) * hp.H + h) * 64], 128);
+      }
+    for (int64_t r = 0; r < hp.rows(); ++r) {
+      std::memcpy(&cache[r * 576], &hp.ckv[r * 512], 1024);
+      std::memcpy(&cache[r * 576 + 512], &hp.kpe[r * 64], 128);
     }
-  for (int64_t r = 0; r < hp.rows(); ++r) {
-    std::memcpy(&cache[r * 576], &hp.ckv[r * 512], 1024);
-    std::memcpy(&cache[r * 576 + 512], &hp.kpe[r * 64], 128);
-  }
-  DeviceProblem d(hp, /*out_pad=*/24, /*lse_pad=*/3);
-  DeviceBuffer<uint16_t> dq(q), dcache(cache);
-  SparseMlaProblem p = d.view();
-  p.q_nope = dq.ptr;
-  p.q_pe = dq.ptr + 512;
-  p.q_nope_head_stride = p.q_pe_head_stride = q_hs;
-  p.q_nope_token_stride = p.q_pe_token_stride = q_ts;
-  p.ckv_cache = dcache.ptr;
-  p.kpe_cache = dcache.ptr + 512;
-  p.ckv_row_stride = p.kpe_row_stride = 576;
-  for (int variant : {0, 1, 2}) {  // planned (split), single split, shared rows
-    const SparseMlaPlan plan = variant == 0   ? plan_sparse_mla(p)
-                               : variant == 1 ? plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0),
-                                                                PlanChoice{0, 1})
-                                              : shared_rows_plan(hp.T, hp.H, hp.topk);
-    if (variant == 1) ASSERT_EQ(plan.splits, 1);
-    const Agreement a = forward_and_judge(d, p, plan, ro, rl);
-    EXPECT_TRUE(a.ok()) << "variant " << variant << ": " << a.summary();
+    DeviceProblem d(hp, /*out_pad=*/24, /*lse_pad=*/3);
+    DeviceBuffer<uint16_t> dq(q), dcache(cache);
+    SparseMlaProblem p = d.view();
+    p.q_nope = dq.ptr;
+    p.q_pe = dq.ptr + 512;
+    p.q_nope_head_stride = p.q_pe_head_stride = q_hs;
+    p.q_nope_token_stride = p.q_pe_token_stride = q_ts;
+    p.ckv_cache = dcache.ptr;
+    p.kpe_cache = dcache.ptr + 512;
+    p.ckv_row_stride = p.kpe_row_stride = 576;
+    for (int variant : {0, 1, 2}) {  // planned (split), single split, shared rows
+      const SparseMlaPlan plan = variant == 0   ? plan_sparse_mla(p)
+                                 : variant == 1 ? plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0),
+                                                                  PlanChoice{0, 1})
+                                                : shared_rows_plan(hp.T, hp.H, hp.topk);
+      if (variant == 1) ASSERT_EQ(plan.splits, 1);
+      const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+      EXPECT_TRUE(a.ok()) << workload::to_string(pattern) << " variant " << variant << ": " << a.summary();
+    }
   }
 }
 

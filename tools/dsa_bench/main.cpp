@@ -260,6 +260,15 @@ std::pair<Timing, int> best_split(const std::vector<int>& candidates, const Opti
   return {time_split(best_splits, o.reps, o.warmup), best_splits};
 }
 
+// The floors' barriers set sink[1] when a wait gives up (their blocks were not all resident): a
+// figure measured then is void.
+void clear_barrier_flag(unsigned* sink) { DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned))); }
+bool barrier_gave_up(const unsigned* sink) {
+  unsigned flag = 0;
+  DSA_CUDA_CHECK(cudaMemcpy(&flag, sink + 1, sizeof flag, cudaMemcpyDeviceToHost));
+  return flag != 0;
+}
+
 // The output floor at its best split (powers of 2 up to 64 whose blocks are co-resident), over
 // the case's indices: {timing, splits}, or {{}, 0} where its barrier gave up (blocks not resident).
 std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T, int topk, KernelTimer& timer, Timer which,
@@ -267,7 +276,7 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
   const cudaStream_t stream = nullptr;
   const int max_blocks = max_merge_blocks(sm_count);
   const auto* idx = static_cast<const int32_t*>(d_idx);
-  DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned)));  // the barrier's give-up flag
+  clear_barrier_flag(sink);
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
   const auto time_split = [&](int splits, int reps, int warmup) {
@@ -287,27 +296,19 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
       candidates.push_back(splits);
   const auto best = best_split(candidates, o, time_split);
   if (best.second == 0) return best;
-  unsigned gave_up = 0;
-  DSA_CUDA_CHECK(cudaMemcpy(&gave_up, sink + 1, sizeof gave_up, cudaMemcpyDeviceToHost));
-  if (gave_up != 0) return {{}, 0};
+  if (barrier_gave_up(sink)) return {{}, 0};
   return best;
 }
 
-// The per-token output floor (Result::per_token_floor) over the case's index list `indices`
-// (host copy of d_idx): {timing, rows per split}, or {{}, 0} (topk > 2048, blocks not resident).
-std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, const std::vector<int32_t>& indices, int T,
-                                       int topk, KernelTimer& timer, Timer which, const Options& o, int sm_count,
-                                       unsigned* sink) {
+// The per-token output floor (Result::per_token_floor) over the case's index list d_idx, whose
+// tokens hold at most `most_valid` valid rows: {timing, rows per split}, or {{}, 0} (topk > 2048,
+// blocks not resident).
+std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, int most_valid, int T, int topk,
+                                       KernelTimer& timer, Timer which, const Options& o, int sm_count, unsigned* sink) {
   // Its T x 64 blocks must all be resident for its barriers; with fewer, it could
   // not split tokens freely and would be no floor.
   if (topk > 2048 || int64_t(T) * kMaxRowSplits > max_split_by_rows_blocks(sm_count)) return {{}, 0};
   const cudaStream_t stream = nullptr;
-  int most_valid = 0;  // a token's valid rows, at most
-  for (int t = 0; t < T; ++t) {
-    int valid = 0;
-    for (int k = 0; k < topk; ++k) valid += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
-    most_valid = std::max(most_valid, valid);
-  }
   std::vector<int> candidates;  // rows per split
   for (int rows = 32; rows <= 2048; rows *= 2) {
     if (rows > 32 && rows / 2 >= most_valid) break;  // the same splits as rows / 2
@@ -317,7 +318,7 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, co
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
   DevicePtr partials(device_copy(std::vector<uint8_t>(split_by_rows_partials_bytes(T))));
-  DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned)));  // the barrier's give-up flag
+  clear_barrier_flag(sink);
   const auto best = best_split(candidates, o, [&](int rows, int reps, int warmup) {
     // Each token's arrivals grow by its splits per call: a count per rows-per-split value.
     DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
@@ -328,9 +329,7 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, co
                            ++calls, static_cast<uint16_t*>(out.get()), sink, stream);
     }, 1, reps, warmup);
   });
-  unsigned gave_up = 0;
-  DSA_CUDA_CHECK(cudaMemcpy(&gave_up, sink + 1, sizeof gave_up, cudaMemcpyDeviceToHost));
-  if (gave_up != 0) return {{}, 0};
+  if (barrier_gave_up(sink)) return {{}, 0};
   return best;
 }
 
@@ -516,9 +515,15 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const auto output_in_index_order = output_floor(cache, d_idx.get(), T, topk, timer, which, o, sm_count, sink);
   const auto output_in_row_order = output_floor(cache, d_idx_row_order.get(), T, topk, timer, which, o, sm_count, sink);
   std::tie(res.output_floor, res.output_splits) = faster(output_in_index_order, output_in_row_order);
-  const auto per_token_in_index_order = per_token_floor(cache, d_idx.get(), indices, T, topk, timer, which, o, sm_count, sink);
+  int most_valid = 0;  // a token's valid rows, at most (the same in either order)
+  for (int t = 0; t < T; ++t) {
+    int valid = 0;
+    for (int k = 0; k < topk; ++k) valid += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
+    most_valid = std::max(most_valid, valid);
+  }
+  const auto per_token_in_index_order = per_token_floor(cache, d_idx.get(), most_valid, T, topk, timer, which, o, sm_count, sink);
   const auto per_token_in_row_order =
-      per_token_floor(cache, d_idx_row_order.get(), in_row_order, T, topk, timer, which, o, sm_count, sink);
+      per_token_floor(cache, d_idx_row_order.get(), most_valid, T, topk, timer, which, o, sm_count, sink);
   std::tie(res.per_token_floor, res.per_token_rows) = faster(per_token_in_index_order, per_token_in_row_order);
   return res;
 }
