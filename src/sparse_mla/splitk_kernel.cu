@@ -98,10 +98,11 @@
 // rolled to fetch less code: unchanged. Q's copies as 8 + 1 per thread at fixed offsets (no
 // division, one address): the compiler then issues them before the index loads, and even kept
 // behind them, Q is issued 0.3 us later and 2-valid is 0.3 us slower.
-// Runs 220-221: a short chunk's valid rows prefetched to L2 as their indices arrive, before the
+// Runs 220-222: a short chunk's valid rows prefetched to L2 as their indices arrive, before the
 // compaction: bulk prefetches slower everywhere below T = 16 (T = 1 random 9.6 -> 10.8); line
-// prefetches T = 1 random 9.6 -> 9.2 but 2 rows 4.4 -> 4.7, T = 8 runs 13.5 -> 14.2: either
-// form holds up the compaction (2.06 -> 2.62 us after entry with 2 rows).
+// prefetches T = 1 random 9.6 -> 9.2 but 2 rows 4.4 -> 4.7, T = 8 runs 13.5 -> 14.2; one line
+// per row slower too: every form holds up the compaction (2.06 -> 2.6-2.8 us after entry with 2
+// rows, even with only two prefetches in the CTA).
 #include <cmath>
 #include <cstdint>
 #include <string>
