@@ -953,8 +953,9 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
 // Balanced splits (p.balanced_slots > 0): one warp per (token, head), like the few-splits
 // combine, over the token's run of slots (1-64) in rounds of kFewSplits loads in flight. The run
 // comes from the schedule, made before the call, so it is read before the wait. A token of one
-// split was written by its CTA (measured as a what-if, docs/perf.md runs 169-170: a block per
-// head over 64 slots, the many-splits combine's way, lost 4 waves at T x H = 1024 heads).
+// split was written by its CTA. For calls of more than kCombineBlocksTarget heads (measured as a
+// what-if, docs/perf.md runs 169-170: a block per head over 64 slots, the many-splits combine's
+// way, lost 4 waves at T x H = 1024 heads); smaller calls take sparse_mla_combine_many_kernel.
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kernel(const SparseMlaParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
@@ -995,10 +996,12 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
 // grid near one block per main-kernel slot: at T = 1, 4 parts make 64 blocks (one part, 16
 // blocks, took 10.9 us against 10.1); at T = 16, one part makes 256 blocks where 4 made 1024:
 // 29.3 against 31.3 us (run 85; T = 2-8 within 0.2 us either way).
+// kBalanced: the token's run of slots from the schedule (combine_runs' layout), for small calls
+// whose runs are long: the run's loads are spread over 8 warps instead of one warp's rounds.
 constexpr int kCombineBlocksTarget = 256;  // ~ the main kernel's 2 CTAs x 132 SMs
 constexpr int kCombineUnroll = 4;
 
-template <int kParts>
+template <int kParts, bool kBalanced = false>
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
   constexpr int kVec = kCkvDim / kParts / 128;  // float4 per lane
   __shared__ float s_m[kCombineWarps], s_l[kCombineWarps];
@@ -1008,30 +1011,40 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   const int part = blockIdx.x % kParts;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
   uint64_t live = ~uint64_t{0};  // splits whose partial output to load (fused rows: splits <= 64)
-  if (p.fused_rows > 0) {  // before any wait
+  int splits = p.splits;         // this token's
+  int64_t slot0 = th * p.splits, slot_step = 1;  // split s's partial slot: slot0 + s * slot_step
+  if constexpr (kBalanced) {  // the run comes from the schedule, made before the call: read before the wait
+    const int2 run = __ldcg(p.token_splits + t);
+    if (run.y == 1) return;  // its one split wrote it
+    splits = run.y;
+    slot0 = (int64_t)run.x * p.num_heads + h;
+    slot_step = p.num_heads;
+  } else if (p.fused_rows > 0) {  // before any wait
     const TokenSplits ts = token_splits(p, t);
     if (ts.fused) return;  // split 0 wrote it
     live = ts.live;
   }
   ptx::wait_prerequisites();
-  const float* lse_s = p.partial_lse + th * p.splits;
   const int dim0 = part * (kCkvDim / kParts) + lane * 4;  // + i * 128
-  const float* po = p.partial_out + th * p.splits * kCkvDim + dim0;
+  const float* po = p.partial_out + dim0;
   float m = -INFINITY, l = 0.f;
   float4 acc[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kCombineUnroll) {
+  for (int s0 = warp; s0 < splits; s0 += kCombineWarps * kCombineUnroll) {
     float ls[kCombineUnroll];
     float4 v[kCombineUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int s = s0 + kCombineWarps * u;
-      ls[u] = s < p.splits ? lse_s[s] : -INFINITY;
-      const bool load = s < p.splits && (p.fused_rows == 0 || ((live >> s) & 1u));  // s < 64 with fused rows
+      const int64_t slot = slot0 + s * slot_step;
+      ls[u] = s < splits ? p.partial_lse[slot] : -INFINITY;
+      // Fused rows: s < 64. A balanced split with no row (a schedule from other counts) has
+      // lse = -inf, and merge_round drops its values by a select.
+      const bool load = s < splits && (kBalanced || p.fused_rows == 0 || ((live >> s) & 1u));
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
-        v[u][i] = load ? *reinterpret_cast<const float4*>(po + (int64_t)s * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u][i] = load ? *reinterpret_cast<const float4*>(po + slot * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     merge_round(m, l, acc, ls, v);
   }
@@ -1149,13 +1162,23 @@ void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {
 
 void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
+  const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
   if (p.balanced_slots > 0) {
-    launch_dependent(sparse_mla_combine_runs_kernel, dim3(static_cast<unsigned>((heads + kCombineWarps - 1) / kCombineWarps)),
-                     dim3(kCombineThreads), 0, stream, p);
+    // Up to ~2 blocks per SM, a block per head: a run of up to 64 slots is loaded by 8 warps at
+    // once, not in a warp's rounds of 8. With more heads, a warp per head keeps more of them in
+    // flight (a block per head lost 4 waves at T x H = 1024, runs 169-170).
+    if (heads <= kCombineBlocksTarget) {
+      auto* combine = parts == 4 ? sparse_mla_combine_many_kernel<4, true>
+                      : parts == 2 ? sparse_mla_combine_many_kernel<2, true>
+                                   : sparse_mla_combine_many_kernel<1, true>;
+      launch_dependent(combine, dim3(static_cast<unsigned>(heads * parts)), dim3(kCombineThreads), 0, stream, p);
+    } else {
+      launch_dependent(sparse_mla_combine_runs_kernel, dim3(static_cast<unsigned>((heads + kCombineWarps - 1) / kCombineWarps)),
+                       dim3(kCombineThreads), 0, stream, p);
+    }
     return;
   }
   const bool few = p.splits <= kFewSplits;
-  const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
   const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
   auto* combine = few ? sparse_mla_combine_few_kernel
                   : parts == 4 ? sparse_mla_combine_many_kernel<4>
