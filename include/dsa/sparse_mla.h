@@ -149,9 +149,9 @@ struct SparseMlaPlan {
   // from another layer's or another step's indices of the same shape is still correct. The
   // planner never picks it (PlanChoice::balanced turns it on). Measured on the H100 (docs/perf.md,
   // "Balanced splits"): mixed lengths at 16 heads T = 64 / 128 -9 / -12 %, 300 rows each at
-  // T = 64 -21 %, 32 heads T = 32 -17 %; slower for T x H / 16 < 64 (T = 8 / 16 / 32 at 16
-  // heads: +60 / +20 / +5 %), at T = 256 (+2 %) and for full random lists (+3 %). Needs
-  // topk <= kMaxChunk and T <= kBalancedMaxTokens; excludes row_order and fused_rows.
+  // T = 64 -21 %, 32 heads T = 32 -17 %, T = 8 / 16 at 16 heads -3 / -1 % (run 223); slower at
+  // T = 32 at 16 heads (+5 %), at T = 256 (+2 %) and for full random lists (T = 1 / 4: +9 / +3 %).
+  // Needs topk <= kMaxChunk and T <= kBalancedMaxTokens; excludes row_order and fused_rows.
   bool balanced = false;
   size_t schedule_bytes = 0;  // balanced: the schedule buffer make_sparse_mla_schedule fills; else 0
   // split_k: fp32 partials, 0 when splits == 1; shared_rows: with a union pass each group's row

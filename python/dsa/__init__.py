@@ -17,7 +17,8 @@ prefill (consecutive tokens are one sequence's and share rows), "none" for a dec
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths
-from ~64 tokens at 16 heads (32 at 32 heads) and loses below (docs/perf.md, "Balanced splits").
+from ~64 tokens at 16 heads (32 at 32 heads), is about even at 8-16 tokens and loses at 32 and
+on full random lists (docs/perf.md, "Balanced splits").
 """
 import torch
 
