@@ -57,13 +57,15 @@
 //                                                 quad writes one whole sector; no staging, no barrier):
 //                                                 T=8 runs 13.9 -> 13.5, T=4 of 33 rows 10.5 -> 10.0
 //                                                 (run 209)
-//   v13           9.5    |  69.6 |    -   |   -    lists of at most 2 rows without the tile pipeline: each
+//   v13 21e033c  9.6    |  69.7 |  605.4 |   -    lists of at most 2 rows without the tile pipeline: each
 //                                                 warp takes 4 heads, rows and Q into registers, scores by
 //                                                 FMAs and one warp reduction, stores from registers; T=1
-//                                                 with 1 / 2 valid rows 5.1 -> 4.0 / 4.3, T=1024 of 2 rows
-//                                                 31.1 -> 27.1, 128 heads 2 rows 5.8 -> 5.2; 3-4 rows 5.1 ->
-//                                                 5.2 (runs 214-217). With the count at run time for up to
-//                                                 4 rows, every row's predicated code issued: 4 rows 5.8
+//                                                 with 1 / 2 valid rows 5.1 -> 4.0-4.1 / 4.3-4.4, T=1024 of
+//                                                 2 rows 31.1 -> 27.1, 128 heads 2 rows 5.8 -> 5.2; 3-4 rows
+//                                                 5.1 -> 5.2 (runs 214-218). The count at run time for up
+//                                                 to 4 rows issued every row's predicated code (4 rows 5.8,
+//                                                 run 214); templates up to 4 rows: 3 rows -0.4 us, 4 rows
+//                                                 0, 2 rows and T=64 +0.1-0.2 (run 225)
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
