@@ -475,6 +475,9 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   auto mark = [&](int point) {
     if (timeline != nullptr) timeline[point] = clock64() - clock_entry;
   };
+  const auto mark_exit = [&] {  // every way out of the CTA
+    if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+  };
   if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head_groups = p.num_heads / kHeadGroup;
@@ -490,7 +493,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (header.x != p.num_tokens || header.y != p.balanced_slots || header.z != head_groups || header.w != kScheduleMagic)
       __trap();  // not a schedule make_sparse_mla_schedule wrote for this plan
     if (entry.x < 0) {  // a slot left over
-      if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+      mark_exit();
       return;
     }
     t = entry.x, split = entry.y, token_splits = entry.z;
@@ -567,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (nlisted <= p.fused_rows) {
       if (split != 0) {  // split 0 does it; the combine skips the token too
         ptx::cp_async_wait<0>();  // Q's copies must land before the CTA exits
-        if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+        mark_exit();
         return;
       }
       fused = true;
@@ -611,7 +614,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         lean_rows_forward<1>(p, rows, t, h0, s_scratch, mark);
       else
         lean_rows_forward<2>(p, rows, t, h0, s_scratch, mark);
-      if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+      mark_exit();
       return;
     }
   }
@@ -827,7 +830,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
           *reinterpret_cast<const uint4*>(src + k * 2 * kStagedStrideBf16);
   }
   mark(6);
-  if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
+  mark_exit();
 }
 
 #pragma nv_diag_default 128
@@ -908,6 +911,32 @@ __device__ __forceinline__ void merge_round(float& m, float& l, float4 (&acc)[kV
   m = m_new;
 }
 
+// Head h of token t's merged output acc / l as bf16 at dims dim0 + 128 i, and (write_lse) its
+// lse m + log2 l; m = -inf (no split held a valid row, acc = 0): zeros and -inf.
+template <int kV>
+__device__ __forceinline__ void store_merged_head(const SparseMlaParams& p, int t, int h, int dim0, const float4 (&acc)[kV],
+                                                  float m, float l, bool write_lse) {
+  const bool any = m != -INFINITY;
+  const float inv = any ? 1.f / l : 0.f;
+  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + dim0;
+#pragma unroll
+  for (int i = 0; i < kV; ++i)
+    *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(ptx::pack_bf16x2(acc[i].x * inv, acc[i].y * inv),
+                                                          ptx::pack_bf16x2(acc[i].z * inv, acc[i].w * inv));
+  if (write_lse) p.lse[t * p.lse_token_stride + h] = any ? m + log2f(l) : -INFINITY;
+}
+
+// Balanced splits: head h of token t's run of split slots in the schedule (split s's partial at
+// slot first + s * step). The schedule was made before the call: read it before the wait.
+struct SlotRun {
+  int splits;
+  int64_t first, step;
+};
+__device__ __forceinline__ SlotRun balanced_slot_run(const SparseMlaParams& p, int t, int h) {
+  const int2 run = __ldcg(p.token_splits + t);
+  return {run.y, (int64_t)run.x * p.num_heads + h, p.num_heads};
+}
+
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel(const SparseMlaParams p) {
   const int lane = threadIdx.x % 32;
   // H is a multiple of 8: the grid holds exactly T x H warps, one token per block.
@@ -935,21 +964,9 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   float mx = -INFINITY;
 #pragma unroll
   for (int u = 0; u < kFewSplits; ++u) mx = fmaxf(mx, ls[u]);
-  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + lane * 4;
-  if (mx == -INFINITY) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(0u, 0u);
-    if (lane == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
-    return;
-  }
   float4 acc[4] = {};
-  const float sum = add_weighted_splits(acc, ls, v, mx);
-  const float inv = 1.f / sum;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(ptx::pack_bf16x2(acc[i].x * inv, acc[i].y * inv),
-                                                          ptx::pack_bf16x2(acc[i].z * inv, acc[i].w * inv));
-  if (lane == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+  const float sum = add_weighted_splits(acc, ls, v, mx);  // every split empty (mx = -inf): adds nothing
+  store_merged_head(p, t, h, lane * 4, acc, mx, sum, lane == 0);
 }
 
 // Balanced splits (p.balanced_slots > 0): one warp per (token, head), like the few-splits
@@ -962,19 +979,19 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
   const int lane = threadIdx.x % 32;
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
-  const int2 run = t < p.num_tokens ? __ldcg(p.token_splits + t) : make_int2(0, 1);
-  if (run.y == 1) return;  // its one split wrote it
+  if (t >= p.num_tokens) return;  // the grid's last block may hold warps past T x H
+  const SlotRun run = balanced_slot_run(p, t, h);
+  if (run.splits == 1) return;  // its one split wrote it
   ptx::wait_prerequisites();
-  const int64_t first = (int64_t)run.x * p.num_heads + h, stride = p.num_heads;
   float m = -INFINITY, l = 0.f;
   float4 acc[4] = {};
-  for (int s0 = 0; s0 < run.y; s0 += kFewSplits) {
+  for (int s0 = 0; s0 < run.splits; s0 += kFewSplits) {
     float ls[kFewSplits];
     float4 v[kFewSplits][4];
 #pragma unroll
     for (int u = 0; u < kFewSplits; ++u) {
-      const bool in = s0 + u < run.y;
-      const int64_t slot = first + (s0 + u) * stride;
+      const bool in = s0 + u < run.splits;
+      const int64_t slot = run.first + (s0 + u) * run.step;
       ls[u] = in ? p.partial_lse[slot] : -INFINITY;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
@@ -983,14 +1000,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
     }
     merge_round(m, l, acc, ls, v);
   }
-  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + lane * 4;
-  const bool any = m != -INFINITY;
-  const float inv = any ? 1.f / l : 0.f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(ptx::pack_bf16x2(acc[i].x * inv, acc[i].y * inv),
-                                                          ptx::pack_bf16x2(acc[i].z * inv, acc[i].w * inv));
-  if (lane == 0) p.lse[t * p.lse_token_stride + h] = any ? m + log2f(l) : -INFINITY;
+  store_merged_head(p, t, h, lane * 4, acc, m, l, lane == 0);
 }
 
 // Many splits: one block per (token, head, 512 / kParts dims). Warp w merges splits w, w+8, ...
@@ -1015,12 +1025,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   uint64_t live = ~uint64_t{0};  // splits whose partial output to load (fused rows: splits <= 64)
   int splits = p.splits;         // this token's
   int64_t slot0 = th * p.splits, slot_step = 1;  // split s's partial slot: slot0 + s * slot_step
-  if constexpr (kBalanced) {  // the run comes from the schedule, made before the call: read before the wait
-    const int2 run = __ldcg(p.token_splits + t);
-    if (run.y == 1) return;  // its one split wrote it
-    splits = run.y;
-    slot0 = (int64_t)run.x * p.num_heads + h;
-    slot_step = p.num_heads;
+  if constexpr (kBalanced) {
+    const SlotRun run = balanced_slot_run(p, t, h);
+    if (run.splits == 1) return;  // its one split wrote it
+    splits = run.splits, slot0 = run.first, slot_step = run.step;
   } else if (p.fused_rows > 0) {  // before any wait
     const TokenSplits ts = token_splits(p, t);
     if (ts.fused) return;  // split 0 wrote it
@@ -1061,33 +1069,21 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   float mx = -INFINITY;
 #pragma unroll
   for (int w = 0; w < kCombineWarps; ++w) mx = fmaxf(mx, s_m[w]);
-  uint16_t* out = p.out + t * p.out_token_stride + h * p.out_head_stride + dim0;
-  if (mx == -INFINITY) {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) *reinterpret_cast<uint2*>(out + i * 128) = make_uint2(0u, 0u);
-    if (lane == 0 && part == 0) p.lse[t * p.lse_token_stride + h] = -INFINITY;
-    return;
-  }
   float sum = 0.f;
-  float4 o[kVec];
+  float4 o[kVec] = {};
+  if (mx != -INFINITY) {  // else every split was empty: zeros and -inf
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) o[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int w = 0; w < kCombineWarps; ++w) {
+      const float scale = exp2f(s_m[w] - mx);  // a warp that saw nothing has m = -inf, l = 0, acc = 0
+      sum += s_l[w] * scale;
 #pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) {
-    const float scale = exp2f(s_m[w] - mx);  // a warp that saw nothing has m = -inf, l = 0, acc = 0
-    sum += s_l[w] * scale;
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      const float4 a = s_acc[w][i][lane];
-      o[i].x += a.x * scale; o[i].y += a.y * scale; o[i].z += a.z * scale; o[i].w += a.w * scale;
+      for (int i = 0; i < kVec; ++i) {
+        const float4 a = s_acc[w][i][lane];
+        o[i].x += a.x * scale; o[i].y += a.y * scale; o[i].z += a.z * scale; o[i].w += a.w * scale;
+      }
     }
   }
-  const float inv = 1.f / sum;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i)
-    *reinterpret_cast<uint2*>(out + i * 128) =
-        make_uint2(ptx::pack_bf16x2(o[i].x * inv, o[i].y * inv), ptx::pack_bf16x2(o[i].z * inv, o[i].w * inv));
-  if (lane == 0 && part == 0) p.lse[t * p.lse_token_stride + h] = mx + log2f(sum);
+  store_merged_head(p, t, h, dim0, o, mx, sum, lane == 0 && part == 0);
 }
 
 // Pipeline depth per tile size, chosen so two CTAs fit an SM's 228 KB where they can:
@@ -1162,6 +1158,14 @@ void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
+// The many-splits combine for kParts = parts (4, 2 or 1).
+template <bool kBalanced>
+auto combine_many_for(int parts) {
+  return parts == 4 ? sparse_mla_combine_many_kernel<4, kBalanced>
+         : parts == 2 ? sparse_mla_combine_many_kernel<2, kBalanced>
+                      : sparse_mla_combine_many_kernel<1, kBalanced>;
+}
+
 void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
   const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
@@ -1170,10 +1174,8 @@ void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
     // once, not in a warp's rounds of 8. With more heads, a warp per head keeps more of them in
     // flight (a block per head lost 4 waves at T x H = 1024, runs 169-170).
     if (heads <= kCombineBlocksTarget) {
-      auto* combine = parts == 4 ? sparse_mla_combine_many_kernel<4, true>
-                      : parts == 2 ? sparse_mla_combine_many_kernel<2, true>
-                                   : sparse_mla_combine_many_kernel<1, true>;
-      launch_dependent(combine, dim3(static_cast<unsigned>(heads * parts)), dim3(kCombineThreads), 0, stream, p);
+      launch_dependent(combine_many_for<true>(parts), dim3(static_cast<unsigned>(heads * parts)), dim3(kCombineThreads), 0,
+                       stream, p);
     } else {
       launch_dependent(sparse_mla_combine_runs_kernel, dim3(static_cast<unsigned>((heads + kCombineWarps - 1) / kCombineWarps)),
                        dim3(kCombineThreads), 0, stream, p);
@@ -1182,11 +1184,7 @@ void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
   }
   const bool few = p.splits <= kFewSplits;
   const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
-  auto* combine = few ? sparse_mla_combine_few_kernel
-                  : parts == 4 ? sparse_mla_combine_many_kernel<4>
-                  : parts == 2 ? sparse_mla_combine_many_kernel<2>
-                               : sparse_mla_combine_many_kernel<1>;
-  launch_dependent(combine, grid, dim3(kCombineThreads), 0, stream, p);
+  launch_dependent(few ? sparse_mla_combine_few_kernel : combine_many_for<false>(parts), grid, dim3(kCombineThreads), 0, stream, p);
 }
 
 }  // namespace dsa::detail

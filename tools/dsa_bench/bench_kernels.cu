@@ -7,6 +7,7 @@
 
 #include "common/block_compact.cuh"
 #include "common/cuda_check.h"
+#include "sparse_mla/params.h"
 
 namespace dsa::bench {
 namespace {
@@ -42,7 +43,7 @@ __device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ 
   unsigned acc = 0;
   for (int k = begin + warp; k < end; k += kProbeThreads / 32) {
     const int r = __ldg(idx + k);
-    if (r < 0 || r >= num_rows) continue;
+    if (!detail::names_a_row(r, num_rows)) continue;
     acc ^= load_row(ckv, kpe, r, lane);
   }
   return acc;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint
   // The kernels' compaction: valid rows in position order.
   bool keep[kListPerThread];
 #pragma unroll
-  for (int u = 0; u < kListPerThread; ++u) keep[u] = r[u] >= 0 && r[u] < num_rows;
+  for (int u = 0; u < kListPerThread; ++u) keep[u] = detail::names_a_row(r[u], num_rows);
   const int m = detail::block_compact<kListPerThread, kMergeThreads>(keep, s_counts, [&](int rank, int u) { s_rows[rank] = r[u]; });
   __syncthreads();  // s_rows complete
   int n = 1;

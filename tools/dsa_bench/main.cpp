@@ -338,7 +338,13 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.c = c;
   const int T = c.indices.num_tokens, H = c.num_heads, topk = c.indices.topk;
   const auto indices = case_indices(c, o.seed);
-  for (int32_t r : indices) res.entries += (r >= 0 && r < cache.rows());
+  int most_valid = 0;  // a token's valid rows, at most (the per-token floor's candidates)
+  for (int t = 0; t < T; ++t) {
+    int valid = 0;
+    for (int k = 0; k < topk; ++k) valid += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
+    res.entries += valid;
+    most_valid = std::max(most_valid, valid);
+  }
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
   const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
   DevicePtr d_qn(device_copy(q_nope)), d_qp(device_copy(q_pe)), d_idx(device_copy(indices));
@@ -515,12 +521,6 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const auto output_in_index_order = output_floor(cache, d_idx.get(), T, topk, timer, which, o, sm_count, sink);
   const auto output_in_row_order = output_floor(cache, d_idx_row_order.get(), T, topk, timer, which, o, sm_count, sink);
   std::tie(res.output_floor, res.output_splits) = faster(output_in_index_order, output_in_row_order);
-  int most_valid = 0;  // a token's valid rows, at most (the same in either order)
-  for (int t = 0; t < T; ++t) {
-    int valid = 0;
-    for (int k = 0; k < topk; ++k) valid += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
-    most_valid = std::max(most_valid, valid);
-  }
   const auto per_token_in_index_order = per_token_floor(cache, d_idx.get(), most_valid, T, topk, timer, which, o, sm_count, sink);
   const auto per_token_in_row_order =
       per_token_floor(cache, d_idx_row_order.get(), most_valid, T, topk, timer, which, o, sm_count, sink);
