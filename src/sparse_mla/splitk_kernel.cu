@@ -965,7 +965,11 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
 #pragma unroll
   for (int u = 0; u < kFewSplits; ++u) mx = fmaxf(mx, ls[u]);
   float4 acc[4] = {};
-  const float sum = add_weighted_splits(acc, ls, v, mx);  // every split empty (mx = -inf): adds nothing
+  if (mx == -INFINITY) {  // every split empty: zeros and -inf
+    store_merged_head(p, t, h, lane * 4, acc, mx, 0.f, lane == 0);
+    return;
+  }
+  const float sum = add_weighted_splits(acc, ls, v, mx);
   store_merged_head(p, t, h, lane * 4, acc, mx, sum, lane == 0);
 }
 
