@@ -105,6 +105,11 @@
 // prefetches T = 1 random 9.6 -> 9.2 but 2 rows 4.4 -> 4.7, T = 8 runs 13.5 -> 14.2; one line
 // per row slower too: every form holds up the compaction (2.06 -> 2.6-2.8 us after entry with 2
 // rows, even with only two prefetches in the CTA).
+// Runs 231-235, T = 64 random (row order): tile 0 gathered before the sort made the sort finish
+// 4 us later (its shared-memory rounds wait behind the tile's copies, as the compaction waited
+// behind the prefetches above): T = 64 +0.6 us. Q copied after the sort, and the sort as a warp
+// multisplit (counts in registers, no match.any): the sort no sooner. Fused rows' idle splits
+// copying Q only after the count: 2-valid unchanged, T = 1 random +0.4 us.
 #include <cmath>
 #include <cstdint>
 #include <string>
