@@ -981,9 +981,9 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
 // Balanced splits (p.balanced_slots > 0): one warp per (token, head), like the few-splits
 // combine, over the token's run of slots (1-64) in rounds of kFewSplits loads in flight. The run
 // comes from the schedule, made before the call, so it is read before the wait. A token of one
-// split was written by its CTA. For calls of more than kCombineBlocksTarget heads (measured as a
-// what-if, docs/perf.md runs 169-170: a block per head over 64 slots, the many-splits combine's
-// way, lost 4 waves at T x H = 1024 heads); smaller calls take sparse_mla_combine_many_kernel.
+// split was written by its CTA. Launched for calls of more than kCombineBlocksTarget heads, where
+// a block per head over 64 slots, the many-splits combine's way, lost 4 waves at T x H = 1024
+// heads (a what-if, docs/perf.md runs 169-170); smaller calls take sparse_mla_combine_many_kernel.
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kernel(const SparseMlaParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;

@@ -670,9 +670,10 @@ Agreement balanced_forward_and_judge(const HostProblem& hp, const HostProblem& s
   return judge(d, ro, rl);
 }
 
-// ---- lists of at most 4 valid rows: the lean path (FMAs, no tile pipeline) -----------------
-// Every token of T holds counts[(t + shift) % 7] valid rows, 0-6 (the lean path takes up to 4),
-// at random positions among -1 and out-of-range entries, its second row a repeat of its first.
+// ---- lists of at most 2 valid rows: the lean path (FMAs, no tile pipeline) -----------------
+// Every token of T holds counts[(t + shift) % 7] valid rows, 0-6 (the lean path takes up to
+// kLeanRows = 2, the tile path the rest), at random positions among -1 and out-of-range
+// entries, its second row a repeat of its first.
 // Each head count; the planner's plan (fused rows at small T), one split per token (every CTA
 // writes bf16 itself), row order and, at 16 heads, a balanced plan; outputs strided.
 TEST_F(Gpu, FewRowsAgree) {
