@@ -52,6 +52,21 @@ TEST(IndexAnalysis, UnionsOfFourTokenGroups) {
   EXPECT_EQ(s.group_union_rows, 4 + 1 + 3);
   EXPECT_NEAR(s.group_union_ratio(), 8.0 / 13.0, 1e-12);
   EXPECT_EQ(s.unique_rows, 6);
+  // The same groups' unions, ascending, and with groups of 4 and of 5 tokens.
+  const auto u4 = analysis::group_unions(idx, 6, 3, 100, 4);
+  ASSERT_EQ(u4.size(), 2u);
+  EXPECT_EQ(u4[0], (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(u4[1], (std::vector<int32_t>{1, 2, 7, 9}));
+  const auto u5 = analysis::group_unions(idx, 6, 3, 100, 5);
+  ASSERT_EQ(u5.size(), 2u);
+  EXPECT_EQ(u5[0], (std::vector<int32_t>{1, 2, 3, 4, 7}));
+  EXPECT_EQ(u5[1], (std::vector<int32_t>{1, 2, 9}));
+  // Rows past num_rows are not rows; a group of one token is its own list, deduplicated.
+  const auto u1 = analysis::group_unions(idx, 6, 3, 8, 1);
+  EXPECT_EQ(u1[4], (std::vector<int32_t>{7}));
+  EXPECT_EQ(u1[5], (std::vector<int32_t>{1, 2}));
+  EXPECT_THROW(analysis::group_unions(idx, 6, 3, 100, 0), Error);
+  EXPECT_THROW(analysis::group_unions(idx, 5, 3, 100, 4), Error);
 }
 
 }  // namespace

@@ -48,14 +48,36 @@ TokenStats analyze_token(const int32_t* idx, int topk, int64_t num_rows, int pag
   return s;
 }
 
+static void check_shape(const std::vector<int32_t>& indices, int num_tokens, int topk) {
+  if (num_tokens < 0 || topk < 1 || indices.size() != size_t(num_tokens) * topk)
+    throw Error("analysis: indices do not match [num_tokens, topk]");
+}
+
+std::vector<std::vector<int32_t>> group_unions(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows,
+                                               int group) {
+  check_shape(indices, num_tokens, topk);
+  if (group < 1) throw Error("analysis: group must be >= 1");
+  std::vector<std::vector<int32_t>> unions((num_tokens + group - 1) / group);
+  for (int t = 0; t < num_tokens; ++t)
+    for (int k = 0; k < topk; ++k) {
+      const int32_t r = indices[size_t(t) * topk + k];
+      if (r >= 0 && r < num_rows) unions[t / group].push_back(r);
+    }
+  for (std::vector<int32_t>& u : unions) {
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+  }
+  return unions;
+}
+
 Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,
                   std::vector<TokenStats>* per_token) {
-  if (num_tokens < 0 || topk < 1 || page_size < 1 || indices.size() != size_t(num_tokens) * topk)
-    throw Error("analysis: indices do not match [num_tokens, topk]");
+  check_shape(indices, num_tokens, topk);
+  if (page_size < 1) throw Error("analysis: page_size must be >= 1");
   Summary s;
   s.num_tokens = num_tokens;
   s.topk = topk;
-  std::unordered_set<int32_t> rows, group_rows;
+  std::unordered_set<int32_t> rows;
   std::unordered_set<int64_t> pages;
   std::vector<int> valid_counts;
   for (int t = 0; t < num_tokens; ++t) {
@@ -73,14 +95,14 @@ Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk,
     s.mean_longest_run += ts.longest_run;
     s.mean_pages += ts.pages_touched;
     valid_counts.push_back(ts.valid);
-    if (t % kGroupTokens == 0) group_rows.clear();
     for (int k = 0; k < topk; ++k)
       if (idx[k] >= 0 && idx[k] < num_rows) {
         rows.insert(idx[k]);
         pages.insert(idx[k] / page_size);
-        s.group_union_rows += group_rows.insert(idx[k]).second;
       }
   }
+  for (const std::vector<int32_t>& u : group_unions(indices, num_tokens, topk, num_rows, kGroupTokens))
+    s.group_union_rows += static_cast<int64_t>(u.size());
   s.unique_rows = static_cast<int64_t>(rows.size());
   s.pages_touched = static_cast<int64_t>(pages.size());
   if (num_tokens > 0) {

@@ -43,6 +43,11 @@ struct Summary {
 inline constexpr int kGroupTokens = 4;
 
 TokenStats analyze_token(const int32_t* indices, int topk, int64_t num_rows, int page_size);
+// The union of each group of `group` consecutive tokens' valid rows (the last group may hold
+// fewer tokens), ascending: what a kernel that gathers each row once per group of tokens reads,
+// in row order.
+std::vector<std::vector<int32_t>> group_unions(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows,
+                                               int group);
 Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,
                   std::vector<TokenStats>* per_token = nullptr);
 

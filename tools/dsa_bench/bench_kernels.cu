@@ -16,14 +16,23 @@ constexpr int kProbeHeads = 16;  // the output floor's heads: one 16-head group 
 
 constexpr int kProbeThreads = 256;  // the gather and output floors' blocks
 
+// A 16-byte load through L1 (__ldg: rows that blocks on one SM share hit there), or with
+// kL2Only from L2 alone (ld.global.cg), as the kernels' cp.async.cg tile fills read.
+template <bool kL2Only>
+__device__ __forceinline__ uint4 load_16(const uint4* p) {
+  if constexpr (kL2Only) return __ldcg(p);
+  return __ldg(p);
+}
+
 // One warp reads one row: two ckv vectors per lane (1024 B) and lanes 0-7 one kpe vector (128
 // B). Returns a value that depends on every load.
+template <bool kL2Only = false>
 __device__ __forceinline__ unsigned load_row(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe, int row, int lane) {
   const uint4* c = ckv + static_cast<int64_t>(row) * 64;
-  const uint4 a = __ldg(c + lane), b = __ldg(c + lane + 32);
+  const uint4 a = load_16<kL2Only>(c + lane), b = load_16<kL2Only>(c + lane + 32);
   unsigned acc = a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
   if (lane < 8) {
-    const uint4 p = __ldg(kpe + static_cast<int64_t>(row) * 8 + lane);
+    const uint4 p = load_16<kL2Only>(kpe + static_cast<int64_t>(row) * 8 + lane);
     acc ^= p.x ^ p.w;
   }
   return acc;
@@ -32,6 +41,7 @@ __device__ __forceinline__ unsigned load_row(const uint4* __restrict__ ckv, cons
 // Block b reads the rows of token b / splits listed in its chunk of index positions (chunk
 // b % splits of ceil(topk / splits)), one warp per row: 64 lanes-worth of ckv vectors (two per
 // lane) and 8 of kpe. Returns a value that depends on every load.
+template <bool kL2Only = false>
 __device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
                                                       const int32_t* __restrict__ indices, int topk, int num_rows,
                                                       int splits) {
@@ -44,15 +54,16 @@ __device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ 
   for (int k = begin + warp; k < end; k += kProbeThreads / 32) {
     const int r = __ldg(idx + k);
     if (!detail::names_a_row(r, num_rows)) continue;
-    acc ^= load_row(ckv, kpe, r, lane);
+    acc ^= load_row<kL2Only>(ckv, kpe, r, lane);
   }
   return acc;
 }
 
+template <bool kL2Only>
 __global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
                                                                     const int32_t* __restrict__ indices, int topk, int num_rows,
                                                                     int splits, unsigned* sink) {
-  const unsigned acc = gather_block_rows(ckv, kpe, indices, topk, num_rows, splits);
+  const unsigned acc = gather_block_rows<kL2Only>(ckv, kpe, indices, topk, num_rows, splits);
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
 }
 
@@ -273,10 +284,9 @@ void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed
 }
 
 void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
-                        int num_rows, int splits, unsigned* sink, cudaStream_t stream) {
-  gather_rows_kernel<<<num_tokens * splits, kProbeThreads, 0, stream>>>(reinterpret_cast<const uint4*>(ckv),
-                                                              reinterpret_cast<const uint4*>(kpe), indices, topk,
-                                                              num_rows, splits, sink);
+                        int num_rows, int splits, unsigned* sink, cudaStream_t stream, bool l2_only) {
+  (l2_only ? gather_rows_kernel<true> : gather_rows_kernel<false>)<<<num_tokens * splits, kProbeThreads, 0, stream>>>(
+      reinterpret_cast<const uint4*>(ckv), reinterpret_cast<const uint4*>(kpe), indices, topk, num_rows, splits, sink);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -9,9 +9,10 @@
 
 namespace dsa::bench {
 
-// Reads ckv (1024 B) + kpe (128 B) of every valid entry of indices[T, topk]; `splits` blocks per token.
+// Reads ckv (1024 B) + kpe (128 B) of every valid entry of indices[T, topk]; `splits` blocks per
+// token. l2_only: loads that skip L1 (ld.global.cg), as tile fills into shared memory read.
 void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
-                        int num_rows, int splits, unsigned* sink, cudaStream_t stream);
+                        int num_rows, int splits, unsigned* sink, cudaStream_t stream, bool l2_only = false);
 // The output floor (gather_merge_kernel in bench_kernels.cu): the same loads, then, with each
 // token split over `splits` blocks (a power of 2 <= 64), 16 x 512 fp32 partials, a barrier per
 // token in L2 and a merge of each block's 1 / splits of the bf16 output into out[T, 16, 512];

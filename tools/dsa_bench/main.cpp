@@ -57,6 +57,7 @@ struct Options : TimingOptions {
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
   bool warm_tlb = false;   // after each flush, touch one word per 64 KB of every buffer (caches translations only)
   bool host_overhead = false;  // host time of plan + forward, enqueue only
+  std::vector<int> union_groups;  // --union-floor: group sizes G for the union floor
   std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
   std::string export_dir;     // write the selected cases as FlashInfer-Bench workloads and exit
   std::string plot_path;      // gnuplot PNG of latency and floor ratio against T
@@ -126,6 +127,19 @@ struct Result {
   // orders; 0 rows: not measured (topk > 2048, or T x 64 blocks not all resident: T > 16).
   Timing per_token_floor;
   int per_token_rows = 0;
+  // The union floor (--union-floor G): each group of G consecutive tokens reads the union of its
+  // valid rows once, in row order, with the gather's loads, through L1 and from L2 alone (the
+  // way tile fills into shared memory read). What a design that shares each row among the
+  // tokens of a CTA moves at best; mma_work is the MMA work of computing every (query row,
+  // union entry) pair of the group, over the useful work (every design that puts the group's
+  // tokens in one MMA's M dimension pays it).
+  struct UnionFloor {
+    int group = 0;
+    int64_t rows = 0;  // the groups' union entries, summed
+    double mma_work = 0;
+    Timing through_l1, l2_only;
+  };
+  std::vector<UnionFloor> union_floors;
   std::vector<std::pair<std::string, double>> stage_us;  // dissection: median per variant
   std::string timeline;  // --timeline: per-phase medians over CTAs
 };
@@ -488,20 +502,22 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     }
   }
   // The floor: the gather probe at its best block split over the case's indices, then over the
-  // same lists in row order.
-  const auto gather_floor = [&](const int32_t* idx_ptr) {
+  // same lists in row order. `lists` lists of `len` positions (the case's: T x topk).
+  const auto gather_lists = [&](const int32_t* idx_ptr, int lists, int len, bool l2_only) {
     std::vector<int> candidates;
     for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
-      if (int64_t(T) * splits > 400000 || splits > topk) continue;
-      if (int64_t(T) * splits < sm_count / 2 && splits != 64 && splits * 2 <= topk) continue;  // too few blocks
+      if (int64_t(lists) * splits > 400000 || splits > len) continue;
+      if (int64_t(lists) * splits < sm_count / 2 && splits != 64 && splits * 2 <= len) continue;  // too few blocks
       candidates.push_back(splits);
     }
     return best_split(candidates, o, [&](int splits, int reps, int warmup) {
       return timer.time(
-          which, [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, T, topk, int(cache.rows()), splits, sink, stream); },
+          which,
+          [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, lists, len, int(cache.rows()), splits, sink, stream, l2_only); },
           1, reps, warmup);
     });
   };
+  const auto gather_floor = [&](const int32_t* idx_ptr) { return gather_lists(idx_ptr, T, topk, false); };
   std::tie(res.gather, res.gather_splits) = gather_floor(static_cast<const int32_t*>(d_idx.get()));
   std::vector<int32_t> in_row_order = indices;
   const int row_order_shift = detail::row_order_key_bits(cache.rows()).shift;
@@ -513,6 +529,26 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
                      });
   DevicePtr d_idx_row_order(device_copy(in_row_order));
   res.gather_row_order = gather_floor(static_cast<const int32_t*>(d_idx_row_order.get())).first;
+  for (int G : o.union_groups) {  // the union floor: one list per group of G tokens, -1 padded
+    const std::vector<std::vector<int32_t>> unions = analysis::group_unions(indices, T, topk, cache.rows(), G);
+    const int groups = static_cast<int>(unions.size());
+    Result::UnionFloor u;
+    u.group = G;
+    for (int g = 0; g < groups; ++g) {
+      u.rows += int64_t(unions[g].size());
+      u.mma_work += double(std::min(G, T - g * G)) * double(unions[g].size());  // the group's tokens x its union
+    }
+    u.mma_work /= std::max<double>(1, double(res.entries));
+    size_t len = 1;
+    for (const auto& rows : unions) len = std::max(len, rows.size());
+    std::vector<int32_t> padded(size_t(groups) * len, -1);
+    for (int g = 0; g < groups; ++g) std::copy(unions[g].begin(), unions[g].end(), padded.begin() + size_t(g) * len);
+    DevicePtr d_union(device_copy(padded));
+    const auto* ptr = static_cast<const int32_t*>(d_union.get());
+    u.through_l1 = gather_lists(ptr, groups, int(len), false).first;
+    u.l2_only = gather_lists(ptr, groups, int(len), true).first;
+    res.union_floors.push_back(u);
+  }
   // The output floors over both orders: a kernel may read its rows in either. A floor is
   // {timing, its split}, split 0 where it was not measured.
   const auto faster = [](const std::pair<Timing, int>& a, const std::pair<Timing, int>& b) {
@@ -542,6 +578,22 @@ void print_stage_table(const std::vector<Result>& results, FILE* f) {
     for (const auto& [name, us] : r.stage_us) std::fprintf(f, " %9.1f", us);
     std::fprintf(f, " %9.1f\n", r.gather.median_us);
   }
+}
+
+void print_union_table(const std::vector<Result>& results, FILE* f) {
+  bool any = false;
+  for (const Result& r : results) any |= !r.union_floors.empty();
+  if (!any) return;
+  std::fprintf(f, "\nunion floor: each group of G consecutive tokens reads the union of its rows once (row order)\n");
+  std::fprintf(f, "%-18s %4s %10s %8s %10s %10s %8s %10s %8s\n", "case", "G", "rows", "GB", "MMA work", "L1 us", "TB/s",
+               "L2-only us", "TB/s");
+  for (const Result& r : results)
+    for (const Result::UnionFloor& u : r.union_floors) {
+      const double gb = double(u.rows) * kRowBytes / 1e9;
+      std::fprintf(f, "%-18s %4d %10lld %8.2f %9.2fx %10.1f %8.2f %10.1f %8.2f\n", r.c.name.c_str(), u.group, (long long)u.rows,
+                   gb, u.mma_work, u.through_l1.median_us, gb / (u.through_l1.median_us * 1e-6) / 1e3, u.l2_only.median_us,
+                   gb / (u.l2_only.median_us * 1e-6) / 1e3);
+    }
 }
 
 void print_table(const std::vector<Result>& results, FILE* f) {
@@ -615,6 +667,9 @@ nlohmann::json to_json(const Result& r) {
                    {"target", r.c.target}};
   if (r.cpu_checked) j["vs_cpu_reference"] = agreement(r.vs_cpu_ref);
   for (const auto& [name, us] : r.stage_us) j["stage_median_us"][name] = us;
+  for (const Result::UnionFloor& u : r.union_floors)
+    j["union_floors"].push_back({{"group", u.group}, {"union_rows", u.rows}, {"mma_work", u.mma_work},
+                                 {"through_l1", timing(u.through_l1)}, {"l2_only", timing(u.l2_only)}});
   return j;
 }
 
@@ -724,6 +779,7 @@ int run(const Options& o) {
   std::printf("\n");
   print_table(results, stdout);
   print_stage_table(results, stdout);
+  print_union_table(results, stdout);
   for (const Result& r : results)
     if (!r.timeline.empty()) std::printf("timeline %s: %s\n", r.c.name.c_str(), r.timeline.c_str());
   bool all_ok = true;
@@ -920,6 +976,11 @@ int main(int argc, char** argv) {
                "diagnostic (cupti): after each flush, load one word per 64 KB of every buffer from every SM, so "
                "the timed call pays for cold data but not for cold address translations");
   app.add_flag("--host-overhead", o.host_overhead, "print the host time of one plan + forward call");
+  app.add_option("--union-floor", o.union_groups,
+                 "also time the union floor for these group sizes (comma-separated): each group of G consecutive tokens "
+                 "reads the union of its rows once")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
   app.add_option("--workload", o.workload_path, "FlashInfer-Bench workload file (JSONL) instead of a suite")
       ->check(CLI::ExistingFile);
   app.add_option("--export", o.export_dir, "write the selected cases as FlashInfer-Bench workloads into DIR, then exit");
