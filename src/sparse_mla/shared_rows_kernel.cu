@@ -126,6 +126,12 @@
 //               run 133); H = 128 T = 4 / 8 / 16 / 32 26.4 / 30.1 / 43.1 / 67.8 (29.5 / 46.6 /
 //               82.9 / 145.4). The first two tiles gathered while Q lands: -0.4 to -0.9 us per
 //               call (run 135, A/B). Split-K keeps T <= 4 at 64 heads and <= 2 at 128.
+//   v13         S's 12 shared-memory k-steps issued before its 24 register ones: T = 4096 1757 ->
+//               1737 us (means of four calls, runs 241-242). What bounds this design now (ncu source
+//               counters, run 239; docs/perf.md "Prefill: where the shared-rows kernel's time goes"):
+//               the scores warpgroup spends 72 % of its time issuing S's 36 m64n32k16 wgmmas per
+//               tile; without any P V on the tensor cores (a what-if) the kernel still takes 1476 us.
+//               The union's rows themselves cross L2 in 649 us (dsa-bench --union-floor 4).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -842,17 +848,20 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
           }
         }
 
-        // S = Q K^T: 24 k-steps with Q from registers, 12 with Q from shared memory.
+        // S = Q K^T: 12 k-steps with Q from shared memory, then 24 with Q from registers. This
+        // warpgroup's time goes into issuing these 36 small wgmmas (ncu, run 239: 72 % of its
+        // samples, ~33 cycles each when the output warpgroups' P V leaves the tensor cores free,
+        // up to ~90 beside it); the shared-memory ones first took prefill T = 4096 from 1757 to
+        // 1737 us (runs 241-242, means of four calls).
         float s[kSAcc];
         wgmma::fence();
 #pragma unroll
-        for (int kk = 0; kk < kRegKSteps; ++kk)
-          wgmma::mma_rs_bf16_n32(s, q[kk], wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024),
-                                 kk > 0);
-#pragma unroll
         for (int kk = kRegKSteps; kk < kRegKSteps + kSmemKSteps; ++kk)
           wgmma::mma_ss_bf16_n32(s, wgmma::desc_sw128(sQSmem + ((kk - kRegKSteps) / 4) * kRows * 128 + (kk % 4) * 32, 16, 1024),
-                                 wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), 1);
+                                 wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), kk > kRegKSteps);
+#pragma unroll
+        for (int kk = 0; kk < kRegKSteps; ++kk)
+          wgmma::mma_rs_bf16_n32(s, q[kk], wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), 1);
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::pin(s);
