@@ -34,8 +34,10 @@
 //        layout wgmma reads, 4 stages; entries past the end zero-filled; warpgroup g loads the
 //        columns only it and the scores read, so it refills a stage without waiting for the
 //        other) and accumulate O[:, 256g .. 256g+256) += P V (wgmma m64n256k16, V = the ckv part
-//        of the same tile as an N-major operand), issuing the next gathers while P V runs;
-//        the scores warpgroup sees tiles two ahead of the P it hands over.
+//        of the same tile as an N-major operand), issuing the next gathers before they wait for
+//        P; P V of tile j starts once the scores warpgroup has issued S of tile j + 1, so it runs
+//        beside that warpgroup's softmax instead of in the way of its wgmmas; the scores
+//        warpgroup sees tiles two ahead of the P it hands over.
 //      mbarriers hand tiles and P over: every writing (or reading) thread arrives (release),
 //      the waiters acquire; compute-sanitizer's racecheck and synccheck follow that.
 //   3. Epilogue: normalise, stage the 64 x 512 bf16 tile in shared memory, write whole rows and
@@ -132,6 +134,12 @@
 //               the scores warpgroup spends 72 % of its time issuing S's 36 m64n32k16 wgmmas per
 //               tile; without any P V on the tensor cores (a what-if) the kernel still takes 1476 us.
 //               The union's rows themselves cross L2 in 649 us (dsa-bench --union-floor 4).
+//   v14         P V of tile j held until S of tile j + 1 is issued (an mbarrier the scores warpgroup
+//               arrives on after its commit), the gathers issued at the top of the output
+//               warpgroups' iteration: T = 4096 1757 -> 1592 us, T = 2048 955 -> 872, random
+//               T = 2048 at 16 heads 1466 -> 1339, 64 heads random T = 1024 844 -> 810 (run 246,
+//               A/B twice). P V held alone, the gathers still after it, gained a third of that:
+//               the scores warpgroup then waited for tiles announced later (ncu, run 245).
 // Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -621,6 +629,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t p_full[2];           // P and alpha of tile j written (j % 2): 128 scores threads
   __shared__ uint64_t p_empty[2];          // P and alpha of tile j read: 256 output threads
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
+  __shared__ uint64_t s_issued[2];         // S of tile j issued (j % 2): 128 scores threads
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -639,6 +648,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       cuda::ptx::mbarrier_init(&p_empty[b], kOutGroups * 128);
     }
     cuda::ptx::mbarrier_init(&q_read, 128);
+    for (int b = 0; b < 2; ++b) cuda::ptx::mbarrier_init(&s_issued[b], 128);
   }
 
   // 1. The group: once the union and order passes are done (programmatic dependent launch), the
@@ -863,6 +873,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         for (int kk = 0; kk < kRegKSteps; ++kk)
           wgmma::mma_rs_bf16_n32(s, q[kk], wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), 1);
         wgmma::commit();
+        cuda::ptx::mbarrier_arrive(&s_issued[j % 2]);  // the output warpgroups' P V of tile j - 1 may start
         wgmma::wait<0>();
         wgmma::pin(s);
 
@@ -979,6 +990,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
     const int row0 = token_of_warp * 16 + lane / 4;
     for (int j = 0; j < num_tiles; ++j) {
+      // Tile j + kStages - 1 goes into the stage of tile j - 1 (this warpgroup's P V of it has
+      // completed, the scores of it were done before P of tile j - 1 came), and tile j + kStages
+      // - 2 is announced once it has landed: the scores warpgroup sees tiles two ahead of the P
+      // it hands over. Issued before the waits below, which the gathers' address math overlaps.
+      if (j + kStages - 1 < num_tiles) load_tile(j + kStages - 1);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();
+      if (j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       unsigned t_wait = kTimed ? clock() : 0;
       ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1);
       if (kTimed) wait_p += clock() - t_wait;
@@ -988,6 +1007,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         ptx::ldmatrix_x4(pa[kk], pb + p_offset(token_of_warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+      // P V of tile j waits until the scores warpgroup has issued S of tile j + 1, so that S's
+      // wgmmas, the scores warpgroup's critical path, are not queued behind it on the tensor
+      // cores; P V then runs beside that warpgroup's softmax. Before p_empty's arrival: the scores
+      // warpgroup cannot reach tile j + 3, this buffer's next s_issued phase, before this wait.
+      if (j + 1 < num_tiles) ptx::mbarrier_wait(&s_issued[(j + 1) % 2], ((j + 1) / 2) & 1);
       cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
       if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {  // no row max moved: skip the rescale
 #pragma unroll
@@ -1007,14 +1031,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         wgmma::mma_rs_bf16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
       wgmma::commit();
-      // While P V runs: tile j + kStages - 1 goes into the stage of tile j - 1 (this warpgroup's
-      // P V of it has completed, the scores of it were done before P of tile j - 1 came), and
-      // tile j + kStages - 2 is announced once it has landed. The scores warpgroup so sees
-      // tiles two ahead of the P it hands over, and never waits for this warpgroup's P V.
-      if (j + kStages - 1 < num_tiles) load_tile(j + kStages - 1);
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<1>();
-      if (j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       wgmma::wait<0>();
       wgmma::pin(o);
     }
