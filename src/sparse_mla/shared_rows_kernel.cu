@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t p_full[2];           // P and alpha of tile j written (j % 2): 128 scores threads
   __shared__ uint64_t p_empty[2];          // P and alpha of tile j read: 256 output threads
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
-  __shared__ uint64_t s_issued[2];         // S of tile j issued (j % 2): 128 scores threads
+  __shared__ uint64_t s_issued[2];         // S of tile j >= 1 issued (j % 2): 128 scores threads
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -873,7 +873,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         for (int kk = 0; kk < kRegKSteps; ++kk)
           wgmma::mma_rs_bf16_n32(s, q[kk], wgmma::desc_sw128(tile + (kk / 4) * kTileEntries * 128 + (kk % 4) * 32, 16, 1024), 1);
         wgmma::commit();
-        cuda::ptx::mbarrier_arrive(&s_issued[j % 2]);  // the output warpgroups' P V of tile j - 1 may start
+        // The output warpgroups' P V of tile j - 1 may start (tile 0 has no P V before it: every
+        // phase completed is waited on, as synccheck wants).
+        if (j > 0) cuda::ptx::mbarrier_arrive(&s_issued[j % 2]);
         wgmma::wait<0>();
         wgmma::pin(s);
 
@@ -1011,7 +1013,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       // wgmmas, the scores warpgroup's critical path, are not queued behind it on the tensor
       // cores; P V then runs beside that warpgroup's softmax. Before p_empty's arrival: the scores
       // warpgroup cannot reach tile j + 3, this buffer's next s_issued phase, before this wait.
-      if (j + 1 < num_tiles) ptx::mbarrier_wait(&s_issued[(j + 1) % 2], ((j + 1) / 2) & 1);
+      // Tile i >= 1 completes phase (i - 1) / 2 of buffer i % 2.
+      if (j + 1 < num_tiles) ptx::mbarrier_wait(&s_issued[(j + 1) % 2], (j / 2) & 1);
       cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
       if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {  // no row max moved: skip the rescale
 #pragma unroll
