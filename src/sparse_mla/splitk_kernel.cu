@@ -105,6 +105,10 @@
 // prefetches T = 1 random 9.6 -> 9.2 but 2 rows 4.4 -> 4.7, T = 8 runs 13.5 -> 14.2; one line
 // per row slower too: every form holds up the compaction (2.06 -> 2.6-2.8 us after entry with 2
 // rows, even with only two prefetches in the CTA).
+// Run 237: 5 stages of 32-row tiles (~214 KB, one CTA per SM) for unsplit T = 64, so that a
+// CTA streams its whole token with 4 tiles in flight: 96 us against the planner's 69.6 (2 stages
+// unsplit: 108). Its loads alone take 72.9 us, 35 GB/s: a CTA of 4 warps keeps ~50 KB of
+// cp.async in flight however many stages it owns (Q reached registers at 7.6 us, behind them).
 // Runs 231-235, T = 64 random (row order): tile 0 gathered before the sort made the sort finish
 // 4 us later (its shared-memory rounds wait behind the tile's copies, as the compaction waited
 // behind the prefetches above): T = 64 +0.6 us. Q copied after the sort, and the sort as a warp
