@@ -253,7 +253,7 @@ enum SharedRowsTimeline {
   kTlScoresTile = 2,   // not recorded (the scores waiting for tiles: 4-5 % of the loop, runs 59-61)
   kTlScoresPEmpty = 3, // not recorded (waiting for a P buffer to be read: 2.7 % of the loop, run 59)
   kTlOutputLoads = 4,  // not recorded (waiting for its own gathers: 0.3 % of the loop, run 59)
-  kTlOutputP = 5,      // output warp 4, cycles summed: waiting for P
+  kTlOutputP = 5,      // output warp 4, cycles summed: waiting for P (not for the next tile's S, s_issued)
   kTlLoopDone = 6,     // cycles since entry: the scores warpgroup's last P handed over
   kTlExit = 7,         // %globaltimer at exit (ns)
 };
