@@ -140,7 +140,11 @@
 //               T = 2048 at 16 heads 1466 -> 1339, 64 heads random T = 1024 844 -> 810 (run 246,
 //               A/B twice). P V held alone, the gathers still after it, gained a third of that:
 //               the scores warpgroup then waited for tiles announced later (ncu, run 245).
-// Tried and not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
+// Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
+// latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
+// dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
+// this kernel even without the exchange (runs 253-255; branch pair-experiment).
+// Also not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
@@ -208,6 +212,9 @@ constexpr int kStagedStride = kCkvDim + 8;                   // bf16 elements pe
 // warpgroup O (128) + P fragments + its loads. 128 x (152 + 2 x 176) = 64512, the launch's
 // allocation (all of Q in registers spills on one side or the other and serialises the wgmmas).
 constexpr int kScoresRegs = 152, kOutputRegs = 176;
+// setmaxnreg.inc waits until registers are free: asking for more than the launch allocated (168
+// per thread at 384 threads, one CTA per SM) hangs the kernel (run 256, an experiment's 160 + 2 x 176).
+static_assert(kScoresRegs + kOutGroups * kOutputRegs <= (1 + kOutGroups) * (65536 / kThreads / 8 * 8), "setmaxnreg within the launch's registers");
 constexpr int kBarEpilogue = 1;  // named barrier, all warpgroups, twice: 1/l written, output staged
 
 // Dynamic shared memory (1024-byte aligned for the swizzle atoms), in order:

@@ -240,19 +240,29 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::vector<double> entries;
   for (int b = 0; b < plan.ctas; ++b)
     if (h[size_t(b) * detail::kTimelinePoints] >= 0) entries.push_back(double(h[size_t(b) * detail::kTimelinePoints] - first));
+  // CTAs resident at once, from the entry and exit times (a cluster launch or an occupancy limit
+  // shows here as fewer than the SMs).
+  std::vector<std::pair<long long, int>> events;
+  for (int b = 0; b < plan.ctas; ++b) {
+    const long long* r = &h[size_t(b) * detail::kTimelinePoints];
+    if (r[0] >= 0 && r[7] >= 0) events.push_back({r[0], 1}), events.push_back({r[7], -1});
+  }
+  std::sort(events.begin(), events.end());
+  int resident = 0, most_resident = 0;
+  for (const auto& e : events) most_resident = std::max(most_resident, resident += e.second);
   if (plan.kernel == SparseMlaKernel::shared_rows) {  // point 5 is a sum of waits (shared_rows_kernel.cu)
     std::snprintf(buf, sizeof buf,
-                  "SM %.2f GHz; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); waits summed over the loop: "
-                  "output for P %.2f; first entry to last exit %.2f us",
-                  clk, median(phase[1]) / clk * 1e-3, median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
+                  "SM %.2f GHz; at most %d CTAs resident; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); waits summed "
+                  "over the loop: output for P %.2f; first entry to last exit %.2f us",
+                  clk, most_resident, median(phase[1]) / clk * 1e-3, median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
                   median(phase[5]) / clk * 1e-3, (last - first) * 1e-3);
     return buf;
   }
   std::snprintf(buf, sizeof buf,
-                "SM %.2f GHz; CTA entry spread median %.2f max %.2f us; per-CTA median us since entry: Q issued %.2f, "
+                "SM %.2f GHz; at most %d CTAs resident; CTA entry spread median %.2f max %.2f us; per-CTA median us since entry: Q issued %.2f, "
                 "compacted %.2f, Q in regs %.2f, tile 0 landed %.2f, loop done %.2f (p90 %.2f, max %.2f), stored %.2f (max %.2f); "
                 "first entry to last exit %.2f us",
-                clk, median(entries) * 1e-3, entries.empty() ? 0.0 : *std::max_element(entries.begin(), entries.end()) * 1e-3,
+                clk, most_resident, median(entries) * 1e-3, entries.empty() ? 0.0 : *std::max_element(entries.begin(), entries.end()) * 1e-3,
                 median(phase[1]) / clk * 1e-3, median(phase[2]) / clk * 1e-3, median(phase[3]) / clk * 1e-3,
                 median(phase[4]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, percentile(phase[5], 90) / clk * 1e-3, max_of(phase[5]) / clk * 1e-3,
                 median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
