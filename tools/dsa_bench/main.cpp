@@ -29,6 +29,7 @@
 #include "suites.h"
 #include "timing.h"
 #include "workload.h"
+#include "wgmma_probe.h"
 
 #ifndef DSA_GIT_COMMIT
 #define DSA_GIT_COMMIT "unknown"
@@ -1019,12 +1020,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "fa2", "wgmma"}));
   dense->add_option("--block-q", dense_o.block_q, "override the plan's query tile (fa2: 64 or 128)")
       ->check(CLI::IsMember({64, 128}));
+  CLI::App* wgmma = app.add_subcommand("wgmma", "the tensor cores' rate for the shared-rows kernels' wgmma shapes, alone and mixed");
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.warm_code && o.timer != "cupti") throw dsa::Error("--warm-code: needs --timer cupti, got " + o.timer);
     if (o.warm_tlb && o.timer != "cupti") throw dsa::Error("--warm-tlb: needs --timer cupti, got " + o.timer);
     if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
     if (*dense) return dsa::bench::run_dense(dense_o);
+    if (*wgmma) return dsa::bench::run_wgmma_probe();
     if (*inspect) {
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
         o.workload_path = inspect_source;
