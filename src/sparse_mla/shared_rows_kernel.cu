@@ -257,10 +257,13 @@ __device__ __forceinline__ int head_block_shift(int num_heads) { return 31 - __c
 enum SharedRowsTimeline {
   kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
   kTlSetup = 1,        // cycles since entry: the union pass's record copied, Q landed
-  kTlScoresTile = 2,   // not recorded (the scores waiting for tiles: 4-5 % of the loop, runs 59-61)
-  kTlScoresPEmpty = 3, // not recorded (waiting for a P buffer to be read: 2.7 % of the loop, run 59)
-  kTlOutputLoads = 4,  // not recorded (waiting for its own gathers: 0.3 % of the loop, run 59)
-  kTlOutputP = 5,      // output warp 4, cycles summed: waiting for P (not for the next tile's S, s_issued)
+  // Cycles summed over the loop by the scores warpgroup's thread 0 (2) and output warp 4's lane 0
+  // (3-5). Not recorded: the scores waiting for tiles (4-5 % of the loop, runs 59-61) or for a P
+  // buffer (2.7 %, run 59), the output warpgroups for their gathers (0.3 %, run 59).
+  kTlScoresS = 2,        // waiting for S to complete (wgmma.wait_group)
+  kTlOutputSIssued = 3,  // waiting for the next tile's S to be issued (s_issued)
+  kTlOutputPV = 4,       // waiting for P V to complete (wgmma.wait_group)
+  kTlOutputP = 5,        // waiting for P (p_full)
   kTlLoopDone = 6,     // cycles since entry: the scores warpgroup's last P handed over
   kTlExit = 7,         // %globaltimer at exit (ns)
 };
@@ -838,6 +841,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     const float scale = p.scale_log2;
     const int col0 = 2 * (lane % 4);  // this lane's first column in each n8 tile of S
     const int row0 = token_of_warp * 16 + lane / 4;
+    unsigned wait_s = 0;  // kTimed: cycles waiting for S
     // The tile loop, built once for entry words and once for counts (one loop holding both
     // paths measured 2-3 % slower, runs 60-61): a CTA runs one of them.
     auto scores_loop = [&](auto words_tag) {
@@ -883,8 +887,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         // The output warpgroups' P V of tile j - 1 may start (tile 0 has no P V before it: every
         // phase completed is waited on, as synccheck wants).
         if (j > 0) cuda::ptx::mbarrier_arrive(&s_issued[j % 2]);
+        const unsigned t_s = kTimed ? clock() : 0;
         wgmma::wait<0>();
         wgmma::pin(s);
+        if (kTimed) wait_s += clock() - t_s;
 
         // Online softmax over the tile's 32 entries; an entry this token did not list is -inf, one
         // it listed k times has weight k.
@@ -947,7 +953,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       scores_loop(std::true_type{});
     else
       scores_loop(std::false_type{});
-    if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry;
+    if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry, timeline[kTlScoresS] = wait_s;
 
     // Row sums, 1/l for the output warpgroups, lse.
     const bool live = row_live(row0);
@@ -978,7 +984,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       wgmma::fence_proxy_async_smem();
       cuda::ptx::mbarrier_arrive(&tile_full[tile % kStages]);
     };
-    unsigned wait_p = 0;
+    unsigned wait_p = 0, wait_issued = 0, wait_pv = 0;  // kTimed: cycles waiting
     ptx::mbarrier_wait(&q_read, 0);
     // Copy groups: one per tile, tile t in stage t % kStages. Tiles 0 .. kStages - 2 go out
     // first (the first kQStagingFreeStages above, without a union pass); all but the newest are
@@ -1021,7 +1027,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       // cores; P V then runs beside that warpgroup's softmax. Before p_empty's arrival: the scores
       // warpgroup cannot reach tile j + 3, this buffer's next s_issued phase, before this wait.
       // Tile i >= 1 completes phase (i - 1) / 2 of buffer i % 2.
+      const unsigned t_issued = kTimed ? clock() : 0;
       if (j + 1 < num_tiles) ptx::mbarrier_wait(&s_issued[(j + 1) % 2], (j / 2) & 1);
+      if (kTimed) wait_issued += clock() - t_issued;
       cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
       if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {  // no row max moved: skip the rescale
 #pragma unroll
@@ -1041,11 +1049,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         wgmma::mma_rs_bf16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
       wgmma::commit();
+      const unsigned t_pv = kTimed ? clock() : 0;
       wgmma::wait<0>();
       wgmma::pin(o);
+      if (kTimed) wait_pv += clock() - t_pv;
     }
     ptx::cp_async_wait<0>();
-    if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p;
+    if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p, timeline[kTlOutputSIssued] = wait_issued, timeline[kTlOutputPV] = wait_pv;
 
     // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles; a split writes its
     // fp32 partial rows straight from registers (4 lanes fill a 32-byte sector of a row).

@@ -251,12 +251,14 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::sort(events.begin(), events.end());
   int resident = 0, most_resident = 0;
   for (const auto& e : events) most_resident = std::max(most_resident, resident += e.second);
-  if (plan.kernel == SparseMlaKernel::shared_rows) {  // point 5 is a sum of waits (shared_rows_kernel.cu)
+  if (plan.kernel == SparseMlaKernel::shared_rows) {  // points 2-5 are sums of waits (shared_rows_kernel.cu)
     std::snprintf(buf, sizeof buf,
                   "SM %.2f GHz; at most %d CTAs resident; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); waits summed "
-                  "over the loop: output for P %.2f; first entry to last exit %.2f us",
+                  "over the loop: scores for S to complete %.2f; output for P %.2f, for the next S issued %.2f, for P V to "
+                  "complete %.2f; first entry to last exit %.2f us",
                   clk, most_resident, median(phase[1]) / clk * 1e-3, median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
-                  median(phase[5]) / clk * 1e-3, (last - first) * 1e-3);
+                  median(phase[2]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, median(phase[3]) / clk * 1e-3,
+                  median(phase[4]) / clk * 1e-3, (last - first) * 1e-3);
     return buf;
   }
   std::snprintf(buf, sizeof buf,
