@@ -143,7 +143,9 @@
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
-// this kernel even without the exchange (runs 253-255; branch pair-experiment).
+// this kernel even without the exchange (runs 253-255; branch pair-experiment). P V held until S
+// of the next tile completes instead of is issued: +0.1-1.2 % (run 261). With every wait timed
+// (run 262) the scores warpgroup is busy ~95 % of the loop, the output warpgroups wait ~38 %.
 // Also not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
