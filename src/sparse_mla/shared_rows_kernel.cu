@@ -652,6 +652,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
+  // Runs `wait`; kTimed adds the cycles it took to `sum` (the timeline's summed waits).
+  const auto timed = [&](unsigned& sum, auto&& wait) {
+    const unsigned t0 = kTimed ? clock() : 0;
+    wait();
+    if (kTimed) sum += clock() - t0;
+  };
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) cuda::ptx::mbarrier_init(&tile_full[s], kOutGroups * 128);
@@ -889,10 +895,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         // The output warpgroups' P V of tile j - 1 may start (tile 0 has no P V before it: every
         // phase completed is waited on, as synccheck wants).
         if (j > 0) cuda::ptx::mbarrier_arrive(&s_issued[j % 2]);
-        const unsigned t_s = kTimed ? clock() : 0;
-        wgmma::wait<0>();
+        timed(wait_s, [] { wgmma::wait<0>(); });
         wgmma::pin(s);
-        if (kTimed) wait_s += clock() - t_s;
 
         // Online softmax over the tile's 32 entries; an entry this token did not list is -inf, one
         // it listed k times has weight k.
@@ -1015,9 +1019,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       ptx::cp_async_commit();
       ptx::cp_async_wait<1>();
       if (j + kStages - 2 < num_tiles) announce(j + kStages - 2);
-      unsigned t_wait = kTimed ? clock() : 0;
-      ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1);
-      if (kTimed) wait_p += clock() - t_wait;
+      timed(wait_p, [&] { ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1); });
       const float a0 = s_alpha[(j % 2) * kRows + row0], a1 = s_alpha[(j % 2) * kRows + row0 + 8];
       uint32_t pa[kTileEntries / 16][4];
       const uint32_t pb = ptx::smem_addr(s_p + (j % 2) * kPBytes);
@@ -1029,9 +1031,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       // cores; P V then runs beside that warpgroup's softmax. Before p_empty's arrival: the scores
       // warpgroup cannot reach tile j + 3, this buffer's next s_issued phase, before this wait.
       // Tile i >= 1 completes phase (i - 1) / 2 of buffer i % 2.
-      const unsigned t_issued = kTimed ? clock() : 0;
-      if (j + 1 < num_tiles) ptx::mbarrier_wait(&s_issued[(j + 1) % 2], (j / 2) & 1);
-      if (kTimed) wait_issued += clock() - t_issued;
+      if (j + 1 < num_tiles) timed(wait_issued, [&] { ptx::mbarrier_wait(&s_issued[(j + 1) % 2], (j / 2) & 1); });
       cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
       if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {  // no row max moved: skip the rescale
 #pragma unroll
@@ -1051,10 +1051,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         wgmma::mma_rs_bf16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
       wgmma::commit();
-      const unsigned t_pv = kTimed ? clock() : 0;
-      wgmma::wait<0>();
+      timed(wait_pv, [] { wgmma::wait<0>(); });
       wgmma::pin(o);
-      if (kTimed) wait_pv += clock() - t_pv;
     }
     ptx::cp_async_wait<0>();
     if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p, timeline[kTlOutputSIssued] = wait_issued, timeline[kTlOutputPV] = wait_pv;

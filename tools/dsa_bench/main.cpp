@@ -219,11 +219,13 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   long long first = -1, last = 0;
   std::vector<double> ghz;
   std::vector<std::vector<double>> phase(7);
+  std::vector<std::pair<long long, int>> events;  // entries (+1) and exits (-1), for the CTAs resident at once
   for (int b = 0; b < plan.ctas; ++b) {
     const long long* r = &h[size_t(b) * detail::kTimelinePoints];
     if (r[0] < 0) continue;
     first = first < 0 ? r[0] : std::min(first, r[0]);
     last = std::max(last, r[7]);
+    if (r[7] >= 0) events.push_back({r[0], 1}), events.push_back({r[7], -1});
     if (r[7] > r[0] && r[6] > 0) ghz.push_back(double(r[6]) / double(r[7] - r[0]));  // CTAs that left early lack r[6]
     for (int k = 1; k <= 6; ++k)
       if (r[k] >= 0) phase[k].push_back(double(r[k]));
@@ -241,13 +243,7 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::vector<double> entries;
   for (int b = 0; b < plan.ctas; ++b)
     if (h[size_t(b) * detail::kTimelinePoints] >= 0) entries.push_back(double(h[size_t(b) * detail::kTimelinePoints] - first));
-  // CTAs resident at once, from the entry and exit times (a cluster launch or an occupancy limit
-  // shows here as fewer than the SMs).
-  std::vector<std::pair<long long, int>> events;
-  for (int b = 0; b < plan.ctas; ++b) {
-    const long long* r = &h[size_t(b) * detail::kTimelinePoints];
-    if (r[0] >= 0 && r[7] >= 0) events.push_back({r[0], 1}), events.push_back({r[7], -1});
-  }
+  // CTAs resident at once (a cluster launch or an occupancy limit shows as fewer than the SMs).
   std::sort(events.begin(), events.end());
   int resident = 0, most_resident = 0;
   for (const auto& e : events) most_resident = std::max(most_resident, resident += e.second);
