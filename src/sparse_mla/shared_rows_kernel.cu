@@ -150,7 +150,7 @@
 // by the output warpgroups instead: +34 % (run 265). FlashMLA's two-compute-warpgroup schedule (Q
 // in shared memory, alternate 64-entry blocks, two buffers): correct, at best -5 % at T = 4096 and
 // +11-20 % at 64 and 128 heads; with half-buffer refills or FlashMLA's lockstep pairs slower
-// still (runs 266-271, 275-276; branch pingpong-experiment).
+// still, +16 % without spills (runs 266-271, 275-277; branch pingpong-experiment).
 // Also not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
