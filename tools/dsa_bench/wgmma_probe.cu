@@ -9,7 +9,9 @@
 // fence, the chain, commit, wait), all running for the same number of cycles.
 // Measured on the H100 (run 259, docs/perf.md): every mix of the kernels' shapes over three
 // warpgroups keeps the pipe ~100 % busy; one warpgroup issuing m64n32k16 alone 60 % (26.6
-// cycles a step), two 96 %. The kernels' ~50 % is the gaps in their own chains.
+// cycles a step), two 96 %. The kernels' ~50 % is the gaps in their own chains. The m64n64k16
+// chain with both operands from shared memory is FlashMLA's sparse-prefill shape (docs/perf.md,
+// runs 266-278).
 #include "wgmma_probe.h"
 
 #include <algorithm>
@@ -26,7 +28,7 @@ namespace dsa::bench {
 namespace {
 
 // A warpgroup's role: its wgmma shape and the k-steps per group (per tile in the kernels).
-enum WgRole : int { kIdle = 0, kS32Rs, kS32Ss, kS64Rs, kPv256, kPv128 };
+enum WgRole : int { kIdle = 0, kS32Rs, kS32Ss, kS64Rs, kPv256, kPv128, kS64Ss };
 struct RoleShape {
   const char* name;
   int n, steps;
@@ -38,6 +40,7 @@ constexpr RoleShape kRoleShapes[] = {
     {"S n64 RS x18", 64, 18},   // the two-CTA design's S per 64 entries
     {"PV n256 RS x2", 256, 2},  // the one-CTA kernel's P V per 32 entries (B N-major)
     {"PV n128 RS x4", 128, 4},  // the two-CTA design's P V per 64 entries
+    {"S n64 SS x36", 64, 36},   // FlashMLA's schedule: S per 64 entries, Q and K from shared memory
 };
 constexpr int kWarpgroups = 3;
 constexpr int kThreads = kWarpgroups * 128;
@@ -70,6 +73,9 @@ __device__ long long run_role(uint32_t base, long long start, long long budget, 
         else if constexpr (kRole == kS32Ss)
           wgmma::mma_ss_bf16_n32(acc, wgmma::desc_sw128(base + kAOffset + ((k / 4) % 3) * 64 * 128 + (k % 4) * 32, 16, 1024),
                                  wgmma::desc_sw128(base + (k / 4) * 32 * 128 + (k % 4) * 32, 16, 1024), k > 0);
+        else if constexpr (kRole == kS64Ss)  // B cycles over 4 blocks of 64 rows (32 KB), A over 3
+          wgmma::mma_ss_bf16_n64(acc, wgmma::desc_sw128(base + kAOffset + ((k / 4) % 3) * 64 * 128 + (k % 4) * 32, 16, 1024),
+                                 wgmma::desc_sw128(base + ((k / 4) % 4) * 64 * 128 + (k % 4) * 32, 16, 1024), k > 0);
         else if constexpr (kRole == kS64Rs)
           wgmma::mma_rs_bf16_n64(acc, a, wgmma::desc_sw128(base + (k / 4) * 64 * 128 + (k % 4) * 32, 16, 1024), k > 0);
         else if constexpr (kRole == kPv256)
@@ -111,6 +117,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_probe_kernel(int3 roles, lo
     case kS64Rs: groups = run_role<kS64Rs>(base, start, budget, sink, &stop_flags[wg], 1 + wg); break;
     case kPv256: groups = run_role<kPv256>(base, start, budget, sink, &stop_flags[wg], 1 + wg); break;
     case kPv128: groups = run_role<kPv128>(base, start, budget, sink, &stop_flags[wg], 1 + wg); break;
+    case kS64Ss: groups = run_role<kS64Ss>(base, start, budget, sink, &stop_flags[wg], 1 + wg); break;
     default: break;
   }
   const long long cycles = clock64() - start;
@@ -144,6 +151,9 @@ int run_wgmma_probe() {
       {"one-CTA kernel, S from smem: S n32 SS + PV n256 x2", {kS32Ss, kPv256, kPv256}},
       {"two-CTA design: S n64 RS + PV n128 x2", {kS64Rs, kPv128, kPv128}},
       {"n256, 3 warpgroups (the ceiling)", {kPv256, kPv256, kPv256}},
+      {"S n64 SS alone", {kS64Ss, kIdle, kIdle}},
+      {"S n64 SS, 2 warpgroups", {kS64Ss, kS64Ss, kIdle}},
+      {"FlashMLA's shapes: S n64 SS x2 + PV n256", {kS64Ss, kS64Ss, kPv256}},
   };
   const long long budget = 2000000;  // cycles per warpgroup (~1.1 ms)
   long long* d_out = nullptr;
