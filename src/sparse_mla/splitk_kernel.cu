@@ -114,6 +114,12 @@
 // behind the prefetches above): T = 64 +0.6 us. Q copied after the sort, and the sort as a warp
 // multisplit (counts in registers, no match.any): the sort no sooner. Fused rows' idle splits
 // copying Q only after the count: 2-valid unchanged, T = 1 random +0.4 us.
+// Runs 280-288: splits other than 0 compacting only their own chunk: T = 1 random -0.1 to -0.2,
+// 2-valid +0.1 us. Q as 32 bulk copies on an mbarrier (branch bulk-q-experiment): issued 0.7 us
+// sooner, but the list landed later (compacted 2.05 -> 2.29 us), 2-valid 4.4 -> 4.6. Tiles as 64
+// per-row bulk copies, 5 stages, one CTA per SM (branch bulk-tiles-experiment): 2.9 us per tile
+// with 4 in flight, T = 1024 random 609 -> 1473 us. The 2-valid CTA alone in its grid
+// (--splits 1) takes 4.0 us against the planner's 4.3-4.4: the other CTAs' start and the grid.
 #include <cmath>
 #include <cstdint>
 #include <string>
