@@ -140,6 +140,11 @@
 //               T = 2048 at 16 heads 1466 -> 1339, 64 heads random T = 1024 844 -> 810 (run 246,
 //               A/B twice). P V held alone, the gathers still after it, gained a third of that:
 //               the scores warpgroup then waited for tiles announced later (ncu, run 245).
+//   v15         at 32 heads the union pass loads each of a group's 2 lists once (a key stands for
+//               the token's two head blocks) and sorts up to 4096 valid keys 8 per thread: the
+//               pass 68 -> 45 us at random T = 1024; 32 heads random T = 1024 746-757 -> 724-730 us,
+//               T = 256 207 -> 204-206, runs T = 1024 506 -> 486; prefill and 16 heads unchanged
+//               (run 295, A/B twice).
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
@@ -150,7 +155,9 @@
 // by the output warpgroups instead: +34 % (run 265). FlashMLA's two-compute-warpgroup schedule (Q
 // in shared memory, alternate 64-entry blocks, two buffers): correct, at best -5 % at T = 4096 and
 // +11-20 % at 64 and 128 heads; with half-buffer refills or FlashMLA's lockstep pairs slower
-// still, +16 % without spills (runs 266-271, 275-277; branch pingpong-experiment).
+// still, +16 % without spills (runs 266-271, 275-277; branch pingpong-experiment); those last
+// three had every wgmma serialised by ptxas (C7520), and without it (v8c) are +7 % at T = 4096,
+// +10-18 % at 32-128 heads (runs 292-293).
 // Also not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
 // register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
@@ -288,6 +295,9 @@ enum SharedRowsTimeline {
 //   group: its rows lie in its tokens' context) and that repeats no row skips the sort: a bitmap
 //   of 4 token bits per row gives the entry words directly (T = 4096 prefill: 109 -> 42 us for
 //   the pass, runs 110-111). A group with few valid keys compacts them and sorts only those.
+//   At 32 heads the group's 4 head blocks are 2 tokens' (2 each): each list is loaded once, its
+//   keys carry the token's first block g, and the words (and, with repeats, the keys written
+//   for the main kernel) cover blocks g and g + 1.
 // This ran at the head of every main CTA until run 94 (~21 us of its ~250, one CTA per SM, so
 // ~8 waves of it at T = 4096). A kernel of its own runs two groups per SM, so their
 // latency-bound sorts overlap.
@@ -301,7 +311,7 @@ constexpr int kUnionCtasPerSm = 2;
 // The sort's sizes: a group with few valid keys (short lists, small topk) sorts only those.
 template <int kItems>
 using KeySort = cub::BlockRadixSort<uint32_t, kUnionThreads, kItems>;
-constexpr int kShortSortItems = 1, kMediumSortItems = 4;  // <= 512 and <= 2048 valid keys
+constexpr int kShortSortItems = 1, kMediumSortItems = 4, kLargeSortItems = 8;  // <= 512, 2048, 4096 valid keys
 
 // The union from sorted keys: sorts keys (kItems per thread, every valid key below invalid_key,
 // the others equal to it; the valid ones as (row - row_lo) << 2 | token), then writes the
@@ -309,10 +319,12 @@ constexpr int kShortSortItems = 1, kMediumSortItems = 4;  // <= 512 and <= 2048 
 // 4 x topk, so every size writes the same record. Returns the number of entries; then
 // *s_repeats tells whether the record holds keys and each entry's first key (a repeated key)
 // or entry words.
+// pair = 1 (32 heads): each key stands for head blocks g and g + 1, one token's two blocks, whose
+// lists are one list loaded once: the words get both bits, and the counting path both keys.
 template <int kItems>
 __device__ __forceinline__ int union_by_sort(uint32_t (&keys)[kItems], typename KeySort<kItems>::TempStorage& scratch,
                                              uint32_t* s_keys, int* s_counts, int* s_repeats, uint32_t invalid_key,
-                                             int row_lo, uint32_t* g_words, uint16_t* g_entry) {
+                                             int row_lo, uint32_t* g_words, uint16_t* g_entry, int pair) {
   constexpr int kN = kItems * kUnionThreads;
   const int tid = threadIdx.x;
   const int end_bit = max(1, 32 - __clz(invalid_key));
@@ -340,20 +352,29 @@ __device__ __forceinline__ int union_by_sort(uint32_t (&keys)[kItems], typename 
       const uint32_t next = s_keys[min(i + d, kN - 1)];
       tokens |= (next >> kKeyShift) == row ? 1u << (next & kKeyToken) : 0u;
     }
+    tokens |= pair ? tokens << 1 : 0u;
     tokens_of[j / 8] |= tokens << (4 * (j % 8));
   }
   // A sorted key back to its cache row, shifted into the layout both paths read (row << 4 | low).
   const auto row_word = [&](uint32_t key, uint32_t low) { return (((key >> kKeyShift) + row_lo) << kRowShift) | low; };
   const int num_entries = block_compact<kItems, kUnionThreads>(head, s_counts, [&](int rank, int j) {
     if (*s_repeats)
-      g_entry[rank] = static_cast<uint16_t>(j * kUnionThreads + tid);
+      g_entry[rank] = static_cast<uint16_t>((j * kUnionThreads + tid) << pair);
     else
       g_words[rank] = row_word(keys[j], (tokens_of[j / 8] >> (4 * (j % 8))) & kLowBits);
   });
   if (*s_repeats) {  // the counting path reads keys as row << 4 | token
 #pragma unroll
     for (int j = 0; j < kItems; ++j)
-      if (keys[j] < invalid_key) g_words[j * kUnionThreads + tid] = row_word(keys[j], keys[j] & kKeyToken);
+      if (keys[j] < invalid_key) {
+        const int i = j * kUnionThreads + tid;
+        if (pair) {
+          g_words[2 * i] = row_word(keys[j], keys[j] & kKeyToken);
+          g_words[2 * i + 1] = row_word(keys[j], (keys[j] & kKeyToken) + 1);
+        } else {
+          g_words[i] = row_word(keys[j], keys[j] & kKeyToken);
+        }
+      }
   }
   return num_entries;
 }
@@ -364,7 +385,7 @@ __device__ __forceinline__ int union_by_sort(uint32_t (&keys)[kItems], typename 
 template <int kItems>
 __device__ __noinline__ int union_of_few_keys(int num_keys, typename KeySort<kItems>::TempStorage& scratch, uint32_t* s_keys,
                                               int* s_counts, int* s_repeats, uint32_t invalid_key, int row_lo,
-                                              uint32_t* g_words, uint16_t* g_entry) {
+                                              uint32_t* g_words, uint16_t* g_entry, int pair) {
   uint32_t few[kItems];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
@@ -372,7 +393,7 @@ __device__ __noinline__ int union_of_few_keys(int num_keys, typename KeySort<kIt
     few[j] = i < num_keys ? s_keys[i] : invalid_key;
   }
   __syncthreads();  // the sort's scratch overlays s_keys
-  return union_by_sort<kItems>(few, scratch, s_keys, s_counts, s_repeats, invalid_key, row_lo, g_words, g_entry);
+  return union_by_sort<kItems>(few, scratch, s_keys, s_counts, s_repeats, invalid_key, row_lo, g_words, g_entry, pair);
 }
 
 // One token's valid rows (H >= 64), compacted into s_rows[0, num_rows), written as entry words
@@ -401,6 +422,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   __shared__ union {
     typename KeySort<kUnionKeysPerThread>::TempStorage sort;
     typename KeySort<kMediumSortItems>::TempStorage medium_sort;
+    typename KeySort<kLargeSortItems>::TempStorage large_sort;
     typename KeySort<kShortSortItems>::TempStorage short_sort;
     uint32_t keys[kMaxKeys];  // sorted, once the sort's scratch is free
   } s;
@@ -424,10 +446,13 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 
   // Keys, loaded position-major so each warp's loads are contiguous, as row << 2 | token first;
   // then the group's row span and number of valid keys; then (row - lowest row) << 2 | token.
-  // At H >= 64 the 4 head blocks are one token's: its list alone (the keys of block 0).
+  // At H >= 64 the 4 head blocks are one token's: its list alone (the keys of block 0). At 32
+  // heads (pair = 1) each of the 2 tokens' lists is loaded once, its keys standing for its
+  // blocks g and g + 1 (g even): half the keys to sort (68 of 753 us in the pass at T = 1024).
   const bool one_token = shared_rows_tokens_per_group(p.num_heads) == 1;
+  const int pair = !one_token && block_shift == 1 ? 1 : 0;
   uint32_t keys[kUnionKeysPerThread];
-  const int num_positions = one_token ? p.topk : kTokens * p.topk;
+  const int num_positions = one_token ? p.topk : (kTokens >> pair) * p.topk;
   int row_lo = INT_MAX, row_hi = -1, my_keys = 0;
   const float inv_topk = 1.f / static_cast<float>(p.topk);
 #pragma unroll
@@ -436,9 +461,10 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     // q / topk without an integer division per key: for q < 2^14 the float quotient is off by
     // at most one, which the two fixes correct (checked exhaustively on the host for every
     // topk <= 2048 and q < 2^14).
-    int g = static_cast<int>(static_cast<float>(q) * inv_topk), pos = q - g * p.topk;
-    if (pos < 0) --g, pos += p.topk;
-    if (pos >= p.topk) ++g, pos -= p.topk;
+    int list = static_cast<int>(static_cast<float>(q) * inv_topk), pos = q - list * p.topk;
+    if (pos < 0) --list, pos += p.topk;
+    if (pos >= p.topk) ++list, pos -= p.topk;
+    const int g = list << pair;  // the list's (first) head block
     int row = -1;
     if (q < num_positions && g < blocks_here)
       row = __ldg(p.indices + (int64_t)(token0 + (g >> block_shift)) * p.indices_token_stride + pos);
@@ -473,7 +499,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     if (words && num_entries + tid < (num_entries + kTileEntries - 1) / kTileEntries * kTileEntries)
       g_words[num_entries + tid] = 0;  // the last tile's missing entries: no token
     if (tid == 0) {
-      const int num_keys = count_keys();
+      const int num_keys = count_keys() << pair;  // as the counting path reads them
       g_entry[num_entries] = static_cast<uint16_t>(num_keys);
       *reinterpret_cast<int4*>(record) = make_int4(num_entries, num_keys, words ? 1 : 0, 0);
       reinterpret_cast<int*>(p.shared_rows_union + shared_rows_union_sizes_offset(num_blocks, p.topk))[blockIdx.x] = num_entries;
@@ -515,7 +541,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
 #pragma unroll
     for (int j = 0; j < kUnionKeysPerThread; ++j) {
       if (keys[j] >= invalid_key) continue;
-      const uint32_t r = keys[j] >> kKeyShift, bit = 1u << ((r % 8) * kBitsPerRow + (keys[j] & kKeyToken));
+      const uint32_t r = keys[j] >> kKeyShift, bit = (pair ? 3u : 1u) << ((r % 8) * kBitsPerRow + (keys[j] & kKeyToken));
       if (atomicOr(&s_bits[r / 8], bit) & bit) s_repeats = 1;
     }
     __syncthreads();  // the bitmap and s_repeats complete
@@ -546,21 +572,23 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   }
 
   // Rows anywhere in the cache (decode): a radix sort over the bits the span needs. Few valid
-  // keys (short lists) are compacted first and sorted alone: all 4 x topk cost ~30 us a wave
-  // however few were valid (run 105).
+  // keys (short lists, or 32 heads' two lists) are compacted first and sorted alone: all 4 x
+  // topk cost ~30 us a wave however few were valid (run 105).
   int num_entries;
   const int num_keys = count_keys();
-  if (num_keys <= kMediumSortItems * kUnionThreads) {
+  if (num_keys <= kLargeSortItems * kUnionThreads) {
     bool valid[kUnionKeysPerThread];
 #pragma unroll
     for (int j = 0; j < kUnionKeysPerThread; ++j) valid[j] = keys[j] < invalid_key;
     block_compact<kUnionKeysPerThread, kUnionThreads>(valid, s_counts, [&](int rank, int j) { s.keys[rank] = keys[j]; });
     __syncthreads();  // the valid keys, in s.keys[0, num_keys)
     num_entries = num_keys <= kShortSortItems * kUnionThreads
-                      ? union_of_few_keys<kShortSortItems>(num_keys, s.short_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry)
-                      : union_of_few_keys<kMediumSortItems>(num_keys, s.medium_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry);
+                      ? union_of_few_keys<kShortSortItems>(num_keys, s.short_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry, pair)
+                  : num_keys <= kMediumSortItems * kUnionThreads
+                      ? union_of_few_keys<kMediumSortItems>(num_keys, s.medium_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry, pair)
+                      : union_of_few_keys<kLargeSortItems>(num_keys, s.large_sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry, pair);
   } else {
-    num_entries = union_by_sort<kUnionKeysPerThread>(keys, s.sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry);
+    num_entries = union_by_sort<kUnionKeysPerThread>(keys, s.sort, s.keys, s_counts, &s_repeats, invalid_key, row_lo, g_words, g_entry, pair);
   }
   const bool words = !s_repeats;  // uniform over the CTA
   finish_record(num_entries, words);
