@@ -14,6 +14,16 @@ float bf16_to_float(uint16_t bits);
 uint16_t float_to_bf16(float value);  // round to nearest even; NaN stays NaN
 float fp16_to_float(uint16_t bits);
 uint16_t float_to_fp16(float value);  // round to nearest even; overflow to inf; NaN stays NaN
+float fp8_e4m3_to_float(uint8_t bits);  // exact; 0x7f / 0xff are NaN
+uint8_t float_to_fp8_e4m3(float value);  // round to nearest even, saturating at +-448; NaN -> 0x7f
+// One fp8_ds_mla cache row (KvCacheFormat::fp8_ds_mla, kFp8RowBytes) from 512 ckv values and 64
+// bf16 kpe values: each 128-dim block's scale is its absolute maximum / 448 (1 for a block of
+// zeros), rounded up to a power of two with power_of_two_scales (then every dequantized value is
+// exact in bf16).
+void quantize_fp8_ds_mla_row(const float* ckv, const uint16_t* kpe, uint8_t* row, bool power_of_two_scales = false);
+// ckv dim d of an fp8_ds_mla row, dequantized exactly: e4m3 x its block's scale. (The kernels
+// round the product to bf16.)
+double fp8_ds_mla_ckv(const uint8_t* row, int d);
 // The 16-bit type `dtype` names: bits -> float, and float -> bits as above.
 float to_float(DType dtype, uint16_t bits);
 uint16_t from_float(DType dtype, float value);

@@ -8,6 +8,8 @@
 // out-of-range value) is skipped and never read; count_invalid_indices() reports the out-of-range
 // ones for callers who want to check. A token with no valid entry gets out = 0 and lse = -inf.
 // Duplicate indices count once per occurrence (as the dense formula over the index list does).
+// The cache is bf16 (ckv and kpe rows) or FP8 in DeepSeek-V3.2's layout (KvCacheFormat), whose
+// ckv values are fp8 e4m3 x an fp32 scale per 128 dims.
 //
 // Usage:
 //   dsa::SparseMlaProblem p;  ... fill pointers and sizes ...
@@ -32,6 +34,20 @@ namespace dsa {
 inline constexpr int kCkvDim = 512;  // latent width: K (with kpe) and V
 inline constexpr int kKpeDim = 64;   // rope part of K
 inline constexpr int kHeadGroup = 16;  // heads one tile of the kernel computes (mma M)
+
+// How the KV cache stores a row.
+enum class KvCacheFormat {
+  bf16,        // ckv_cache bf16 [rows, 512] and kpe_cache bf16 [rows, 64]
+  fp8_ds_mla,  // DeepSeek-V3.2's FP8 cache (FlashMLA's, vLLM's fp8_ds_mla): ckv_cache holds rows of
+               // kFp8RowBytes = 656 bytes: 512 fp8 e4m3 ckv values, 4 fp32 scales (scale j for
+               // dims [128 j, 128 j + 128)), 64 bf16 kpe values; ckv[d] = e4m3[d] * scale[d / 128].
+               // kpe_cache is null (the kpe part is in the row). The kernels dequantize each
+               // gathered row to bf16 and run the bf16 math; split_k only (SparseMlaKernel).
+};
+inline constexpr int kFp8RowBytes = 656;        // one fp8_ds_mla row
+inline constexpr int kFp8ScaleDims = 128;       // ckv dims per fp32 scale
+inline constexpr int kFp8ScalesOffset = 512;    // bytes: the 4 fp32 scales
+inline constexpr int kFp8KpeOffset = 528;       // bytes: the 64 bf16 kpe values
 
 // What the caller knows of its index lists; the planner sees no indices, and at 16 and 32 heads
 // the best kernel depends on how much consecutive tokens' lists overlap (docs/perf.md, runs 105
@@ -59,10 +75,12 @@ struct SparseMlaProblem {
   const void* q_pe = nullptr;    // bf16 [T, H, 64]
   int64_t q_pe_token_stride = 0, q_pe_head_stride = 0;      // packed: H*64, 64
 
-  const void* ckv_cache = nullptr;  // bf16 [num_pages, page_size, 512]
-  int64_t ckv_row_stride = 0;       // packed: 512 (576 for a cache that stores ckv|kpe rows)
-  const void* kpe_cache = nullptr;  // bf16 [num_pages, page_size, 64]
-  int64_t kpe_row_stride = 0;       // packed: 64
+  KvCacheFormat kv_format = KvCacheFormat::bf16;
+  const void* ckv_cache = nullptr;  // bf16 [num_pages, page_size, 512]; fp8_ds_mla: bytes [num_pages, page_size, 656]
+  int64_t ckv_row_stride = 0;       // packed: 512 (576 for a cache that stores ckv|kpe rows);
+                                    // fp8_ds_mla: in bytes, a multiple of 16, packed 656
+  const void* kpe_cache = nullptr;  // bf16 [num_pages, page_size, 64]; fp8_ds_mla: nullptr
+  int64_t kpe_row_stride = 0;       // packed: 64; fp8_ds_mla: 0
 
   const int32_t* indices = nullptr;  // int32 [T, topk], flat rows page * page_size + offset
   int64_t indices_token_stride = 0;  // packed: topk
@@ -103,7 +121,8 @@ enum class SparseMlaKernel {
                 // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
                 // H100: T >= 8 at 64 heads, T >= 4 at 128), splitting each CTA's entries when
                 // there are fewer CTAs than SMs. Limits: topk <= 2048, num_pages * page_size <
-                // 2^28, cache row strides < 2^31 elements
+                // 2^28, cache row strides < 2^31 elements, a bf16 cache (an fp8_ds_mla problem
+                // is planned on split_k, and the forward refuses a shared_rows plan for it)
 };
 
 // The kernel configuration for one problem shape on one device.

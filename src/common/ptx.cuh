@@ -7,6 +7,7 @@
 #include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 namespace dsa::ptx {
 
@@ -87,6 +88,18 @@ __device__ __forceinline__ uint32_t pack_f16x2(float lo, float hi) {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Two fp8 e4m3 (low byte first) as two bf16, exactly. cvt.rn.f16x2.e4m3x2 gives f16 normals (or
+// zeros); an f16's exponent and mantissa bits moved into bf16 position read as its value x
+// 2^-112 (still a bf16 normal), and one bf16x2 multiply by 2^112 restores it.
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+  const uint32_t f = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  const uint32_t scaled = ((f & 0x7fff7fffu) >> 3) | (f & 0x80008000u);
+  uint32_t out;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out) : "r"(scaled), "r"(0x77807780u));  // 2^112 twice
+  return out;
 }
 
 // Programmatic dependent launch: let the next kernel in the stream start its prologue now.

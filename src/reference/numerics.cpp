@@ -54,6 +54,51 @@ uint16_t float_to_fp16(float value) {
   return sign | static_cast<uint16_t>(((exponent + 15) << 10) | (static_cast<int>(mantissa) - 1024));
 }
 
+float fp8_e4m3_to_float(uint8_t bits) {
+  const int exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
+  float f;
+  if (exponent == 0xf && mantissa == 0x7) f = std::numeric_limits<float>::quiet_NaN();
+  else if (exponent == 0) f = std::ldexp(static_cast<float>(mantissa), -9);  // zero and subnormals
+  else f = std::ldexp(static_cast<float>(mantissa | 0x8), exponent - 10);
+  return (bits & 0x80) ? -f : f;
+}
+
+uint8_t float_to_fp8_e4m3(float value) {
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  if (std::isnan(value)) return 0x7f;
+  const double a = std::min(std::fabs(static_cast<double>(value)), 448.0);  // saturate, inf included
+  if (a < std::ldexp(1.0, -6))  // subnormal range: a multiple of 2^-9 (8 rounds up to the smallest normal)
+    return sign | static_cast<uint8_t>(std::nearbyint(std::ldexp(a, 9)));
+  int e = 0;
+  std::frexp(a, &e);
+  int exponent = e - 1;
+  double mantissa = std::nearbyint(std::ldexp(a, 3 - exponent));  // in [8, 16]
+  if (mantissa == 16) {
+    mantissa = 8;
+    ++exponent;
+  }
+  if (exponent > 8 || (exponent == 8 && mantissa > 14)) return sign | 0x7e;  // 448 at most
+  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | (static_cast<int>(mantissa) - 8));
+}
+
+void quantize_fp8_ds_mla_row(const float* ckv, const uint16_t* kpe, uint8_t* row, bool power_of_two_scales) {
+  for (int b = 0; b < kCkvDim / kFp8ScaleDims; ++b) {
+    float amax = 0.f;
+    for (int d = b * kFp8ScaleDims; d < (b + 1) * kFp8ScaleDims; ++d) amax = std::max(amax, std::fabs(ckv[d]));
+    float scale = amax > 0.f ? amax / 448.f : 1.f;
+    if (power_of_two_scales) scale = std::ldexp(1.f, static_cast<int>(std::ceil(std::log2(scale))));
+    std::memcpy(row + kFp8ScalesOffset + 4 * b, &scale, 4);
+    for (int d = b * kFp8ScaleDims; d < (b + 1) * kFp8ScaleDims; ++d) row[d] = float_to_fp8_e4m3(ckv[d] / scale);
+  }
+  std::memcpy(row + kFp8KpeOffset, kpe, kKpeDim * 2);
+}
+
+double fp8_ds_mla_ckv(const uint8_t* row, int d) {
+  float scale;
+  std::memcpy(&scale, row + kFp8ScalesOffset + 4 * (d / kFp8ScaleDims), 4);
+  return double(fp8_e4m3_to_float(row[d])) * scale;
+}
+
 float to_float(DType dtype, uint16_t bits) {
   return dtype == DType::bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
 }

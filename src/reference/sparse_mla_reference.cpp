@@ -3,6 +3,7 @@
 #include "dsa/reference.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -21,6 +22,25 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
   const auto* qp = static_cast<const uint16_t*>(p.q_pe);
   const auto* ckv = static_cast<const uint16_t*>(p.ckv_cache);
   const auto* kpe = static_cast<const uint16_t*>(p.kpe_cache);
+  const bool fp8 = p.kv_format == KvCacheFormat::fp8_ds_mla;
+  const int64_t row_bytes = stride(p.ckv_row_stride, kFp8RowBytes);  // fp8_ds_mla: in bytes
+  // Row r's 576 values (ckv | kpe), dequantized for fp8_ds_mla.
+  const auto load_row = [&](int64_t r, double* kv) {
+    if (!fp8) {
+      for (int d = 0; d < kCkvDim; ++d) kv[d] = bf16_to_float(ckv[r * ckv_s + d]);
+      for (int d = 0; d < kKpeDim; ++d) kv[kCkvDim + d] = bf16_to_float(kpe[r * kpe_s + d]);
+      return;
+    }
+    const uint8_t* row = static_cast<const uint8_t*>(p.ckv_cache) + r * row_bytes;
+    for (int d = 0; d < kCkvDim; ++d) kv[d] = fp8_ds_mla_ckv(row, d);
+    for (int d = 0; d < kKpeDim; ++d) {
+      uint16_t bits;
+      std::memcpy(&bits, row + kFp8KpeOffset + 2 * d, 2);
+      kv[kCkvDim + d] = bf16_to_float(bits);
+    }
+  };
+  constexpr int kQk = kCkvDim + kKpeDim;
+  std::vector<double> kv;  // the token's valid rows, [n, 576]
 
   std::vector<double> logits(p.topk);
   std::vector<int32_t> rows(p.topk);
@@ -30,6 +50,8 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
       const int32_t r = p.indices[t * idx_s + k];
       if (r >= 0 && r < num_rows) rows[n++] = r;
     }
+    kv.resize(size_t(n) * kQk);
+    for (int k = 0; k < n; ++k) load_row(rows[k], &kv[size_t(k) * kQk]);
     for (int64_t h = 0; h < H; ++h) {
       double* o = out_ref + (t * H + h) * kCkvDim;
       if (n == 0) {
@@ -40,10 +62,9 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
       double mx = -std::numeric_limits<double>::infinity();
       for (int k = 0; k < n; ++k) {
         double dot = 0.0;
-        for (int d = 0; d < kCkvDim; ++d)
-          dot += double(bf16_to_float(qn[t * qn_t + h * qn_h + d])) * bf16_to_float(ckv[rows[k] * ckv_s + d]);
-        for (int d = 0; d < kKpeDim; ++d)
-          dot += double(bf16_to_float(qp[t * qp_t + h * qp_h + d])) * bf16_to_float(kpe[rows[k] * kpe_s + d]);
+        const double* row = &kv[size_t(k) * kQk];
+        for (int d = 0; d < kCkvDim; ++d) dot += double(bf16_to_float(qn[t * qn_t + h * qn_h + d])) * row[d];
+        for (int d = 0; d < kKpeDim; ++d) dot += double(bf16_to_float(qp[t * qp_t + h * qp_h + d])) * row[kCkvDim + d];
         logits[k] = dot * double(p.sm_scale);
         mx = std::max(mx, logits[k]);
       }
@@ -52,7 +73,7 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
       for (int d = 0; d < kCkvDim; ++d) o[d] = 0.0;
       for (int k = 0; k < n; ++k) {
         const double w = std::exp(logits[k] - mx) / sum;
-        for (int d = 0; d < kCkvDim; ++d) o[d] += w * bf16_to_float(ckv[rows[k] * ckv_s + d]);
+        for (int d = 0; d < kCkvDim; ++d) o[d] += w * kv[size_t(k) * kQk + d];
       }
       lse_ref[t * H + h] = (mx + std::log(sum)) / std::log(2.0);
     }

@@ -13,8 +13,8 @@ namespace dsa::detail {
 struct SparseMlaParams {
   const uint16_t* q_nope;  // bf16 bits
   const uint16_t* q_pe;
-  const uint16_t* ckv;
-  const uint16_t* kpe;
+  const uint16_t* ckv;     // kv_fp8: the fp8_ds_mla rows (bytes; ckv_row_stride in bytes)
+  const uint16_t* kpe;     // kv_fp8: unused
   const int32_t* indices;
   uint16_t* out;
   float* lse;
@@ -40,6 +40,7 @@ struct SparseMlaParams {
   // What a split takes, for the combine: split-K split s index positions [s * chunk, s * chunk +
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
+  bool kv_fp8;  // KvCacheFormat::fp8_ds_mla (split-K only); in the padding after the two flags above
   // Balanced split-K (SparseMlaPlan::balanced; balanced_slots 0: off): the main grid holds
   // balanced_slots split slots per head group. The schedule (make_sparse_mla_schedule; layout in
   // schedule_layout below) says which (token, split, splits) each slot computes and each token's

@@ -5,6 +5,8 @@
 #include <cstdint>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "common/block_reduce.cuh"
@@ -18,6 +20,19 @@ namespace {
 constexpr int kRefThreads = 256;
 
 __device__ float bf16_bits_to_float(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
+
+// Cache row r's value at ckv dim d / kpe dim d, from either format (fp8_ds_mla: e4m3 x its scale).
+__device__ float ckv_value(const SparseMlaParams& p, int64_t r, int d) {
+  if (!p.kv_fp8) return bf16_bits_to_float(p.ckv[r * p.ckv_row_stride + d]);
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(p.ckv) + r * p.ckv_row_stride;
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(row[d], __NV_E4M3);
+  return __half2float(__half(h)) * reinterpret_cast<const float*>(row + kFp8ScalesOffset)[d / kFp8ScaleDims];
+}
+__device__ float kpe_value(const SparseMlaParams& p, int64_t r, int d) {
+  if (!p.kv_fp8) return bf16_bits_to_float(p.kpe[r * p.kpe_row_stride + d]);
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(p.ckv) + r * p.ckv_row_stride;
+  return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row + kFp8KpeOffset)[d]);
+}
 
 // One block per (token, head). logits: scratch [T * H, topk].
 __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const SparseMlaParams p, float* logits) {
@@ -34,10 +49,8 @@ __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const
     float v = -INFINITY;
     if (r >= 0 && r < p.num_rows) {
       float dot = 0.f;
-      for (int d = 0; d < kCkvDim; ++d)
-        dot += bf16_bits_to_float(qn[d]) * bf16_bits_to_float(p.ckv[(int64_t)r * p.ckv_row_stride + d]);
-      for (int d = 0; d < kKpeDim; ++d)
-        dot += bf16_bits_to_float(qp[d]) * bf16_bits_to_float(p.kpe[(int64_t)r * p.kpe_row_stride + d]);
+      for (int d = 0; d < kCkvDim; ++d) dot += bf16_bits_to_float(qn[d]) * ckv_value(p, r, d);
+      for (int d = 0; d < kKpeDim; ++d) dot += bf16_bits_to_float(qp[d]) * kpe_value(p, r, d);
       v = dot * p.sm_scale;
     }
     lg[k] = v;
@@ -56,7 +69,7 @@ __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const
       for (int k = 0; k < p.topk; ++k) {
         const int r = idx[k];
         if (r >= 0 && r < p.num_rows)
-          acc += expf(lg[k] - mx) / sum * bf16_bits_to_float(p.ckv[(int64_t)r * p.ckv_row_stride + d]);
+          acc += expf(lg[k] - mx) / sum * ckv_value(p, r, d);
       }
     }
     const __nv_bfloat16 b = __float2bfloat16_rn(acc);

@@ -74,11 +74,14 @@ struct ResolvedStrides {
   int64_t qn_t, qn_h, qp_t, qp_h, ckv, kpe, idx, out_t, out_h, lse_t;
 };
 
+bool fp8_cache(const SparseMlaProblem& p) { return p.kv_format == KvCacheFormat::fp8_ds_mla; }
+
 ResolvedStrides resolve(const SparseMlaProblem& p) {
   const int64_t H = p.num_heads;
+  const bool fp8 = fp8_cache(p);  // one row of kFp8RowBytes bytes, no kpe cache
   return {or_default(p.q_nope_token_stride, H * kCkvDim), or_default(p.q_nope_head_stride, kCkvDim),
           or_default(p.q_pe_token_stride, H * kKpeDim),   or_default(p.q_pe_head_stride, kKpeDim),
-          or_default(p.ckv_row_stride, kCkvDim),          or_default(p.kpe_row_stride, kKpeDim),
+          or_default(p.ckv_row_stride, fp8 ? kFp8RowBytes : kCkvDim), fp8 ? 0 : or_default(p.kpe_row_stride, kKpeDim),
           or_default(p.indices_token_stride, p.topk),     or_default(p.out_token_stride, H * kCkvDim),
           or_default(p.out_head_stride, kCkvDim),         or_default(p.lse_token_stride, H)};
 }
@@ -86,6 +89,7 @@ ResolvedStrides resolve(const SparseMlaProblem& p) {
 // Why the shared-rows kernel cannot take this problem's cache, or "" when it can: its limits
 // that depend on the cache, not the shape (the planner and the forward both ask).
 std::string shared_rows_cache_limit(const SparseMlaProblem& p) {
+  if (fp8_cache(p)) return "shared_rows reads a bf16 cache; an fp8_ds_mla cache runs on the split_k kernel";
   if (static_cast<int64_t>(p.num_pages) * p.page_size >= detail::kSharedRowsMaxRows)
     return "shared_rows needs num_pages * page_size < 2^28; use the split_k kernel";
   const ResolvedStrides s = resolve(p);
@@ -123,6 +127,7 @@ detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
   k.q_nope_token_stride = s.qn_t; k.q_nope_head_stride = s.qn_h;
   k.q_pe_token_stride = s.qp_t;   k.q_pe_head_stride = s.qp_h;
   k.ckv_row_stride = s.ckv;       k.kpe_row_stride = s.kpe;
+  k.kv_fp8 = fp8_cache(p);
   k.indices_token_stride = s.idx;
   k.out_token_stride = s.out_t;   k.out_head_stride = s.out_h;
   k.lse_token_stride = s.lse_t;
@@ -175,8 +180,15 @@ void validate(const SparseMlaProblem& p) {
   if (!std::isfinite(p.sm_scale)) fail("sm_scale", "must be finite");
   require_pointer(p.q_nope, "q_nope", 16);
   require_pointer(p.q_pe, "q_pe", 16);
+  if (p.kv_format != KvCacheFormat::bf16 && p.kv_format != KvCacheFormat::fp8_ds_mla)
+    fail("kv_format", "must be bf16 or fp8_ds_mla, got " + std::to_string(static_cast<int>(p.kv_format)));
   require_pointer(p.ckv_cache, "ckv_cache", 16);
-  require_pointer(p.kpe_cache, "kpe_cache", 16);
+  if (fp8_cache(p)) {
+    if (p.kpe_cache != nullptr) fail("kpe_cache", "must be null for fp8_ds_mla (the kpe values are inside each 656-byte row)");
+    if (p.kpe_row_stride != 0) fail("kpe_row_stride", "must be 0 for fp8_ds_mla (no kpe cache)");
+  } else {
+    require_pointer(p.kpe_cache, "kpe_cache", 16);
+  }
   require_pointer(p.out, "out", 16);
   require_pointer(p.lse, "lse", 4);
   const ResolvedStrides s = resolve(p);
@@ -184,12 +196,17 @@ void validate(const SparseMlaProblem& p) {
   require_vector_stride(s.qn_h, "q_nope_head_stride");
   require_vector_stride(s.qp_t, "q_pe_token_stride");
   require_vector_stride(s.qp_h, "q_pe_head_stride");
-  require_vector_stride(s.ckv, "ckv_row_stride");
-  require_vector_stride(s.kpe, "kpe_row_stride");
+  if (fp8_cache(p)) {  // bytes
+    if (s.ckv < kFp8RowBytes || s.ckv % 16 != 0)
+      fail("ckv_row_stride", "must be a multiple of 16 bytes >= 656 for fp8_ds_mla, got " + std::to_string(s.ckv));
+  } else {
+    require_vector_stride(s.ckv, "ckv_row_stride");
+    require_vector_stride(s.kpe, "kpe_row_stride");
+    if (s.ckv < kCkvDim) fail("ckv_row_stride", "must be >= 512, got " + std::to_string(s.ckv));
+    if (s.kpe < kKpeDim) fail("kpe_row_stride", "must be >= 64, got " + std::to_string(s.kpe));
+  }
   require_vector_stride(s.out_t, "out_token_stride");
   require_vector_stride(s.out_h, "out_head_stride");
-  if (s.ckv < kCkvDim) fail("ckv_row_stride", "must be >= 512, got " + std::to_string(s.ckv));
-  if (s.kpe < kKpeDim) fail("kpe_row_stride", "must be >= 64, got " + std::to_string(s.kpe));
   require_disjoint("out", kCkvDim, {{s.out_t, p.num_tokens}, {s.out_h, p.num_heads}});
   require_disjoint("lse", 1, {{s.lse_t, p.num_tokens}, {1, p.num_heads}});
 }
@@ -533,6 +550,8 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     launch_sparse_mla_shared_rows(k, stream);
     return;
   }
+  if (fp8_cache(problem) && (plan.block_keys != detail::kPlannerBlockKeys || stage != kStageFull))
+    fail("plan", "an fp8_ds_mla cache runs split_k's full kernel with " + std::to_string(detail::kPlannerBlockKeys) + "-row tiles only");
   if (plan.balanced) {
     check_balanced_plan(plan);
     if (stage != kStageFull) fail("plan", "stage variants exist for plans that are not balanced only");

@@ -169,10 +169,59 @@ struct TileShape {
   }
 };
 
+// ---- fp8_ds_mla rows (KvCacheFormat::fp8_ds_mla) ----------------------------------------------
+// The kernels keep the e4m3 values exact and apply the scales in fp32 outside the MMAs: warp w's
+// partial S covers ckv block w (dims [128 w, 128 w + 128), one scale per key) plus kpe dims
+// [16 w, 16 w + 16), so it scales its block's sum per key before adding the kpe step; and it
+// computes O over the same block, so it scales its copy of P per key. Rounding the dequantized
+// values to bf16 instead cost up to 0.0135 in lse on one-row lists (the limit is 0.01).
+
+// 8 e4m3 values as 8 bf16, exactly.
+__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 e) {
+  return make_uint4(ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.x)), ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.x >> 16)),
+                    ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.y)), ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.y >> 16)));
+}
+
+// Where a gathered fp8_ds_mla row lands in its padded bf16 row slot, so that it converts in place:
+// the e4m3 values in the upper half of the ckv part, the kpe part (bf16 already) where the bf16
+// row keeps it, the 4 scales in the 16 bytes of padding (where the math reads them).
+constexpr int kFp8SlotValues = kCkvDim;           // bytes [512, 1024)
+constexpr int kFp8SlotScales = kQkDim * 2;        // bytes [1152, 1168)
+static_assert(kFp8SlotScales + 16 <= kRowBytes, "the scales fit the row's padding");
+static_assert(kFp8ScaleDims * kWarps == kCkvDim, "a scale block per warp");
+
+// Every row of a landed fp8 tile to bf16 ckv, warp w taking rows w, w + 4, ...: lane l writes
+// dims [8l, 8l + 8) and [256 + 8l, 256 + 8l + 8) (a warp's stores are 512 contiguous bytes each,
+// and so are its loads). Rows past the tile's count hold zeros (load_tile's zero fill) and give
+// zeros. A row's values and its result overlap, so every lane reads the row before any writes.
+// (Measured, run 300: converting from separate raw stages into one bf16 tile, so that two raw
+// tiles stay in flight during the math, was 2 % slower at T = 1024.)
+template <int BK>
+__device__ __forceinline__ void convert_tile_to_bf16(uint8_t* tile) {
+  constexpr int kRowsPerWarp = BK / kWarps;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  uint2 lo[kRowsPerWarp], hi[kRowsPerWarp];
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const uint8_t* row = tile + (warp + i * kWarps) * kRowBytes;
+    lo[i] = reinterpret_cast<const uint2*>(row + kFp8SlotValues)[lane];
+    hi[i] = reinterpret_cast<const uint2*>(row + kFp8SlotValues + kCkvDim / 2)[lane];
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    uint4* row = reinterpret_cast<uint4*>(tile + (warp + i * kWarps) * kRowBytes);
+    row[lane] = e4m3x8_to_bf16x8(lo[i]);
+    row[32 + lane] = e4m3x8_to_bf16x8(hi[i]);
+  }
+}
+
 // Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
 // take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
 // masked keys multiply finite zeros. L2 fetches whole 128-byte lines for them (-1 % at T >= 64).
-template <int BK>
+// kFp8: fp8_ds_mla rows of 656 bytes, 41 chunks: lanes take e4m3 chunk l, lanes 0-7 the kpe
+// chunk, lane 8 the scales, into the slot layout convert_tile_to_bf16 reads (kFp8SlotValues).
+template <int BK, bool kFp8>
 __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t base = ptx::smem_addr(tile) + lane * 16;
@@ -181,11 +230,21 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
     const bool live = r < count;
     const int64_t row = live ? rows[r] : 0;
     const uint32_t bytes = live ? 16u : 0u;
-    const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
-    const uint32_t dst = base + r * kRowBytes;
-    ptx::cp_async_16_l2_128b(dst, ckv, bytes);
-    ptx::cp_async_16_l2_128b(dst + 512, ckv + 256, bytes);
-    if (lane < kKpeDim * 2 / 16) ptx::cp_async_16_l2_128b(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
+    if constexpr (kFp8) {
+      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.ckv) + row * p.ckv_row_stride;
+      const uint32_t dst = base + r * kRowBytes;
+      ptx::cp_async_16_l2_128b(dst + kFp8SlotValues, src + lane * 16, bytes);
+      if (lane < kKpeDim * 2 / 16)
+        ptx::cp_async_16_l2_128b(dst + kCkvDim * 2, src + kFp8KpeOffset + lane * 16, bytes);
+      else if (lane == kKpeDim * 2 / 16)
+        ptx::cp_async_16_l2_128b(ptx::smem_addr(tile) + r * kRowBytes + kFp8SlotScales, src + kFp8ScalesOffset, bytes);
+    } else {
+      const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
+      const uint32_t dst = base + r * kRowBytes;
+      ptx::cp_async_16_l2_128b(dst, ckv, bytes);
+      ptx::cp_async_16_l2_128b(dst + 512, ckv + 256, bytes);
+      if (lane < kKpeDim * 2 / 16) ptx::cp_async_16_l2_128b(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
+    }
   }
 }
 
@@ -352,10 +411,54 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
   }
 }
 
+// A lean row's part for lane l as three 16-byte bf16 vectors: ckv dims [8l, 8l + 8) and
+// [256 + 8l, 256 + 8l + 8), and (l < 8) kpe dims [8l, 8l + 8), else zeros; with fp8_ds_mla the
+// ckv values exact in bf16 and their two scales in `scale` (unset for bf16). The fp8 bytes are loaded
+// first and converted by lean_row_to_bf16 once they are needed, so that the loads stay in flight
+// together.
+template <bool kFp8>
+__device__ __forceinline__ void load_lean_row(const SparseMlaParams& p, int64_t row, uint4 (&v)[3], float (&scale)[2]) {
+  const int lane = threadIdx.x % 32;
+  v[2] = make_uint4(0u, 0u, 0u, 0u);
+  if constexpr (kFp8) {
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(p.ckv) + row * p.ckv_row_stride;
+    const uint2 lo = __ldg(reinterpret_cast<const uint2*>(src) + lane);
+    const uint2 hi = __ldg(reinterpret_cast<const uint2*>(src + kCkvDim / 2) + lane);
+    const float* scales = reinterpret_cast<const float*>(src + kFp8ScalesOffset);
+    v[0] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    scale[0] = __ldg(scales + lane * 8 / kFp8ScaleDims);
+    scale[1] = __ldg(scales + (kCkvDim / 2 + lane * 8) / kFp8ScaleDims);
+    if (lane < kKpeDim * 2 / 16) v[2] = __ldg(reinterpret_cast<const uint4*>(src + kFp8KpeOffset) + lane);
+  } else {
+    const uint4* ckv = reinterpret_cast<const uint4*>(p.ckv + row * p.ckv_row_stride) + lane;
+    v[0] = __ldg(ckv);
+    v[1] = __ldg(ckv + 32);
+    if (lane < kKpeDim * 2 / 16) v[2] = __ldg(reinterpret_cast<const uint4*>(p.kpe + row * p.kpe_row_stride) + lane);
+  }
+}
+template <bool kFp8>
+__device__ __forceinline__ void lean_row_to_bf16(uint4 (&v)[3]) {
+  if constexpr (kFp8) {
+    const uint4 e = v[0];
+    v[0] = e4m3x8_to_bf16x8(make_uint2(e.x, e.y));
+    v[1] = e4m3x8_to_bf16x8(make_uint2(e.z, e.w));
+  }
+}
+// Lean ckv values as floats, scaled (fp8_ds_mla): the two 8-dim vectors of load_lean_row.
+template <bool kFp8>
+__device__ __forceinline__ void lean_ckv_to_float(const uint4 (&v)[3], const float (&scale)[2], float* f) {
+  bf16x8_to_float(v[0], f);
+  bf16x8_to_float(v[1], f + 8);
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) f[i] *= scale[i / 8];
+  }
+}
+
 // Rows rows[0 .. N) of token t against heads h0 .. h0+15, whose Q is (or is being) staged at s_q
 // by the CTA's cp.async group: bf16 out and lse. Waits for every cp.async of the CTA. Timeline
 // points: 3 Q staged, 4 Q in registers, 5 scores (the rows landed), 6 stored.
-template <int N, typename Mark>
+template <int N, bool kFp8, typename Mark>
 __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, const int* rows, int t, int h0,
                                                   const uint8_t* s_q, Mark mark) {
   static_assert(N >= 0 && N <= kLeanRows, "lean row count");
@@ -364,18 +467,14 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
   const bool has_pe = lane < kKpeDim * 2 / 16;
   // The rows into registers first, every load in flight (they head the chain).
   uint4 raw[kN][3];
+  float ckv_scale[kN][2];  // fp8_ds_mla
 #pragma unroll
-  for (int r = 0; r < N; ++r) {
-    const int64_t row = rows[r];
-    const uint4* ckv = reinterpret_cast<const uint4*>(p.ckv + row * p.ckv_row_stride) + lane;
-    raw[r][0] = __ldg(ckv);
-    raw[r][1] = __ldg(ckv + 32);
-    raw[r][2] = make_uint4(0u, 0u, 0u, 0u);  // lanes 8-31 hold no kpe dims
-    if (has_pe) raw[r][2] = __ldg(reinterpret_cast<const uint4*>(p.kpe + row * p.kpe_row_stride) + lane);
-  }
+  for (int r = 0; r < N; ++r) load_lean_row<kFp8>(p, rows[r], raw[r], ckv_scale[r]);
   ptx::cp_async_wait<0>();
   __syncthreads();  // Q staged by every thread's copies
   mark(3);
+#pragma unroll
+  for (int r = 0; r < N; ++r) lean_row_to_bf16<kFp8>(raw[r]);
   float s[kLeanHeads][kN];
   if constexpr (N > 0) {
     float q[kLeanHeads][kLeanDims];
@@ -393,8 +492,8 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
 #pragma unroll
     for (int r = 0; r < N; ++r) {
       float k[kLeanDims];
-#pragma unroll
-      for (int c = 0; c < 3; ++c) bf16x8_to_float(raw[r][c], k + 8 * c);
+      lean_ckv_to_float<kFp8>(raw[r], ckv_scale[r], k);
+      bf16x8_to_float(raw[r][2], k + 16);
 #pragma unroll
       for (int h = 0; h < kLeanHeads; ++h) {
         float acc = 0.f;
@@ -415,10 +514,7 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
   const float scale = p.scale_log2;
   float v[kN][16];
 #pragma unroll
-  for (int r = 0; r < N; ++r) {
-    bf16x8_to_float(raw[r][0], v[r]);
-    bf16x8_to_float(raw[r][1], v[r] + 8);
-  }
+  for (int r = 0; r < N; ++r) lean_ckv_to_float<kFp8>(raw[r], ckv_scale[r], v[r]);
 #pragma unroll
   for (int h = 0; h < kLeanHeads; ++h) {
     float o[16], lse;
@@ -474,12 +570,16 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
 // kBalanced: the plan's balanced schedule (p.balanced_slots > 0): the CTA's (token, split,
 // splits) come from the schedule's slot table, and its split takes an even share of the token's
 // row tiles.
+// kFp8: an fp8_ds_mla cache (p.kv_fp8), 32-row tiles and the full kernel only: each landed tile's
+// e4m3 values become bf16 in place (convert_tile_to_bf16, exact), and the block scales enter S
+// and P in fp32 (the fp8 section above).
 // __launch_bounds__(128, 2): two CTAs per SM, as the ~100 KB of shared memory of 16- and 32-row
 // tiles allows, which still leaves ptxas up to 255 registers; without the minimum it capped the
 // 32-row kernels at 168 registers and spilled once the epilogue used stmatrix.
-template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false>
+template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
+  static_assert(!kFp8 || (BK == kPlannerBlockKeys && kStage == kStageFull), "fp8 instances: the planner's tiles, full kernel");
   using Shape = TileShape<BK, STAGES>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
   extern __shared__ __align__(128) uint8_t smem[];
@@ -627,11 +727,11 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (!split_out && nvalid <= kLeanRows) {
       static_assert(kLeanRows == 2, "one case per row count");
       if (nvalid == 0)
-        lean_rows_forward<0>(p, rows, t, h0, s_scratch, mark);
+        lean_rows_forward<0, kFp8>(p, rows, t, h0, s_scratch, mark);
       else if (nvalid == 1)
-        lean_rows_forward<1>(p, rows, t, h0, s_scratch, mark);
+        lean_rows_forward<1, kFp8>(p, rows, t, h0, s_scratch, mark);
       else
-        lean_rows_forward<2>(p, rows, t, h0, s_scratch, mark);
+        lean_rows_forward<2, kFp8>(p, rows, t, h0, s_scratch, mark);
       mark_exit();
       return;
     }
@@ -641,19 +741,26 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   const int ntiles = (nvalid + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ntiles) load_tile<BK>(p, s_tiles + s * Shape::kTileBytes, rows + s * BK, min(BK, nvalid - s * BK));
+    if (s < ntiles) load_tile<BK, kFp8>(p, s_tiles + s * Shape::kTileBytes, rows + s * BK, min(BK, nvalid - s * BK));
     ptx::cp_async_commit();
   }
 
   // Q fragments into registers (group 0 is the oldest: waiting for STAGES-1 left covers it).
   ptx::cp_async_wait<STAGES - 1>();
   __syncthreads();
+  // Warp w's Q dims, k-step kk: [144 w, 144 w + 144), or with fp8 ckv block w and then kpe dims
+  // [16 w, 16 w + 16) (the per-key scale multiplies the block's partial before the kpe step).
+  const auto qk_dim = [&](int kk) {
+    if constexpr (kFp8) return kk < kFp8ScaleDims / 16 ? warp * kFp8ScaleDims + kk * 16 : kCkvDim + warp * 16;
+    return warp * kDimsPerWarpQk + kk * 16;
+  };
+  static_assert(!kFp8 || kKStepsPerWarp == kFp8ScaleDims / 16 + 1, "fp8: a block's 8 k-steps and one kpe step per warp");
   uint32_t q_frag[kKStepsPerWarp][4];
   {
     const uint32_t base = ptx::smem_addr(s_scratch);
 #pragma unroll
     for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
-      const int dim = warp * kDimsPerWarpQk + kk * 16 + (lane / 16) * 8;
+      const int dim = qk_dim(kk) + (lane / 16) * 8;
       ptx::ldmatrix_x4(q_frag[kk], base + (lane % 16) * kRowBytes + dim * 2);
     }
   }
@@ -677,10 +784,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     {
       const int nt = it + STAGES - 1;
       if (nt < ntiles)
-        load_tile<BK>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
+        load_tile<BK, kFp8>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
       ptx::cp_async_commit();
     }
-    const uint32_t tile = ptx::smem_addr(s_tiles + (it % STAGES) * Shape::kTileBytes);
+    uint8_t* const tile_bytes = s_tiles + (it % STAGES) * Shape::kTileBytes;
+    if constexpr (kFp8) {
+      convert_tile_to_bf16<BK>(tile_bytes);
+      __syncthreads();  // the whole tile in bf16
+    }
+    const uint32_t tile = ptx::smem_addr(tile_bytes);
     if (it == 0) mark(4);
     if constexpr (kStage == kStageLoad) continue;
 
@@ -688,15 +800,30 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     float s_acc[kNTiles][4];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) s_acc[j][0] = s_acc[j][1] = s_acc[j][2] = s_acc[j][3] = 0.f;
+    // fp8: this warp's block scale of this thread's 2 keys per n-tile (S's and P's columns).
+    float key_scale[kFp8 ? kNTiles : 1][2];
 #pragma unroll
     for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
-      const int dim = warp * kDimsPerWarpQk + kk * 16 + k_dim;
+      const int dim = qk_dim(kk) + k_dim;
 #pragma unroll
       for (int nb = 0; nb < BK / 16; ++nb) {
         uint32_t b[4];
         ptx::ldmatrix_x4(b, tile + (nb * 16 + k_key) * kRowBytes + dim * 2);
         ptx::mma_bf16_16816(s_acc[2 * nb], q_frag[kk], b[0], b[1]);
         ptx::mma_bf16_16816(s_acc[2 * nb + 1], q_frag[kk], b[2], b[3]);
+      }
+      if constexpr (kFp8) {
+        if (kk == kFp8ScaleDims / 16 - 1) {  // the block's sum times its scale, before the kpe step
+          const uint8_t* scales = tile_bytes + kFp8SlotScales + warp * 4;
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              key_scale[j][c] = *reinterpret_cast<const float*>(scales + (j * 8 + quad_col + c) * kRowBytes);
+              s_acc[j][c] *= key_scale[j][c];
+              s_acc[j][c + 2] *= key_scale[j][c];
+            }
+        }
       }
     }
 #pragma unroll
@@ -758,9 +885,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       const float p3 = ptx::exp2_approx(s_acc[j][3] - m_run[1]);
       l_run[0] += p0 + p1;
       l_run[1] += p2 + p3;
-      // C fragment of n-tile j -> half of the A fragment of k-step j/2.
-      p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
-      p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
+      // C fragment of n-tile j -> half of the A fragment of k-step j/2 (fp8: times the keys'
+      // scales of this warp's block, the V columns it multiplies).
+      if constexpr (kFp8) {
+        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0 * key_scale[j][0], p1 * key_scale[j][1]);
+        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2 * key_scale[j][0], p3 * key_scale[j][1]);
+      } else {
+        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
+        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
+      }
     }
     if constexpr (kStage == kStageSoftmax) continue;
 #pragma unroll
@@ -1113,19 +1246,19 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
-template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false>
+template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced>;
-  const int smem = TileShape<BK, kStages>::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0, p.topk, p.chunk));
+  using Shape = TileShape<BK, kStages>;
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8>;
+  const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
   int device = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   if (device < 64 && configured_smem[device] < smem) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        TileShape<BK, kStages>::smem_bytes(kMaxChunk)));
-    configured_smem[device] = TileShape<BK, kStages>::smem_bytes(kMaxChunk);
+    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::smem_bytes(kMaxChunk)));
+    configured_smem[device] = Shape::smem_bytes(kMaxChunk);
   }
   const int64_t ctas = (int64_t)(kBalanced ? p.balanced_slots : p.num_tokens * p.splits) * (p.num_heads / kHeadGroup);
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
@@ -1135,9 +1268,15 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
   if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull) {
+    if (p.kv_fp8) {
+      if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true, true>(p, stream);
+      if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, true>(p, stream);
+      return launch_splitk_instance<BK, kStage, false, false, true>(p, stream);
+    }
     if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true>(p, stream);
   } else {
     if (p.balanced_slots > 0) throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
+    if (p.kv_fp8) throw Error("an fp8_ds_mla cache runs the full kernel with 32-row tiles only");
   }
   if (p.row_order_bits > 0)
     launch_splitk_instance<BK, kStage, true>(p, stream);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
 #include "workload.h"
 
@@ -14,6 +15,8 @@ struct HostProblem {
   float sm_scale = 0.1352337788608801f;
   std::vector<uint16_t> q_nope, q_pe, ckv, kpe;
   std::vector<int32_t> indices;
+  KvCacheFormat kv_format = KvCacheFormat::bf16;
+  std::vector<uint8_t> kv_fp8;  // fp8_ds_mla rows (to_fp8), [rows, kFp8RowBytes]
 
   int64_t rows() const { return static_cast<int64_t>(num_pages) * page_size; }
 
@@ -30,15 +33,43 @@ struct HostProblem {
     indices = workload::make_indices(spec, seed + 5);
   }
 
+  // The cache as fp8_ds_mla rows quantized from ckv and kpe, and ckv replaced by its dequantized
+  // values rounded to bf16 (exact with power-of-two scales: then the bf16 problem is the same
+  // problem, which the kernels must reproduce bit for bit).
+  void to_fp8(bool power_of_two_scales) {
+    kv_format = KvCacheFormat::fp8_ds_mla;
+    kv_fp8.assign(size_t(rows()) * kFp8RowBytes, 0);
+    std::vector<float> values(kCkvDim);
+    for (int64_t r = 0; r < rows(); ++r) {
+      for (int d = 0; d < kCkvDim; ++d) values[d] = bf16_to_float(ckv[size_t(r) * kCkvDim + d]);
+      uint8_t* row = &kv_fp8[size_t(r) * kFp8RowBytes];
+      quantize_fp8_ds_mla_row(values.data(), &kpe[size_t(r) * kKpeDim], row, power_of_two_scales);
+      for (int d = 0; d < kCkvDim; ++d) ckv[size_t(r) * kCkvDim + d] = float_to_bf16(static_cast<float>(fp8_ds_mla_ckv(row, d)));
+    }
+  }
+
   // Packed problem over these host arrays (outputs left for the caller).
   SparseMlaProblem view() const {
     SparseMlaProblem p;
     p.num_tokens = T; p.num_heads = H; p.topk = topk;
     p.page_size = page_size; p.num_pages = num_pages; p.sm_scale = sm_scale;
     p.q_nope = q_nope.data(); p.q_pe = q_pe.data();
-    p.ckv_cache = ckv.data(); p.kpe_cache = kpe.data();
+    p.kv_format = kv_format;
+    if (kv_format == KvCacheFormat::fp8_ds_mla) {
+      p.ckv_cache = kv_fp8.data();
+    } else {
+      p.ckv_cache = ckv.data(); p.kpe_cache = kpe.data();
+    }
     p.indices = indices.data();
     return p;
+  }
+
+  // The same problem over the bf16 cache (after to_fp8: its dequantized values).
+  HostProblem as_bf16() const {
+    HostProblem b = *this;
+    b.kv_format = KvCacheFormat::bf16;
+    b.kv_fp8.clear();
+    return b;
   }
 };
 

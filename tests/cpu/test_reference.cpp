@@ -2,7 +2,9 @@
 // comparison rule against results it must reject.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -128,6 +130,77 @@ TEST(Reference, HonoursQueryStrides) {
   const RefOut strided = run_ref(p);
   EXPECT_EQ(packed.out, strided.out);
   EXPECT_EQ(packed.lse, strided.lse);
+}
+
+// Every e4m3 code decodes to its value (bias 7, subnormals at 2^-9, 0x7f / 0xff NaN), and the
+// encoder rounds to the nearest code, ties to even, saturating at 448.
+TEST(Fp8, DecodesEveryCodeAndRoundsToNearestEven) {
+  EXPECT_EQ(fp8_e4m3_to_float(0x38), 1.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);
+  EXPECT_EQ(fp8_e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(fp8_e4m3_to_float(0x08), std::ldexp(1.0f, -6));
+  EXPECT_EQ(fp8_e4m3_to_float(0xc4), -3.0f);  // 1 1000 100: -(1 + 4/8) * 2
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0x7f)));
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(0xff)));
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) continue;
+    const float v = fp8_e4m3_to_float(static_cast<uint8_t>(code));
+    if (code == 0x80) {  // -0
+      EXPECT_EQ(float_to_fp8_e4m3(v), 0x80);
+      continue;
+    }
+    ASSERT_EQ(float_to_fp8_e4m3(v), code) << code;
+  }
+  EXPECT_EQ(float_to_fp8_e4m3(1.0625f), 0x38);  // halfway between 1 and 1.125: to even (1)
+  EXPECT_EQ(float_to_fp8_e4m3(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: to even (1.25)
+  EXPECT_EQ(float_to_fp8_e4m3(1000.f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(-1e30f), 0xfe);
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(1.5f, -9)), 0x02);  // subnormal steps of 2^-9: ties to even
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(2.5f, -9)), 0x02);
+  EXPECT_EQ(float_to_fp8_e4m3(std::ldexp(0.75f, -9)), 0x01);
+}
+
+// An fp8_ds_mla row: the scale of each 128-dim block is its absolute maximum / 448, the kpe part is
+// copied, and dequantizing gives every value to within half an e4m3 step.
+TEST(Fp8, QuantizedRowHoldsScalesKpeAndValues) {
+  std::vector<float> ckv(kCkvDim);
+  std::vector<uint16_t> kpe(kKpeDim);
+  for (int d = 0; d < kCkvDim; ++d) ckv[d] = std::sin(0.37 * d) * (1 + d / 128);
+  for (int d = 0; d < kKpeDim; ++d) kpe[d] = float_to_bf16(0.25f * d - 3);
+  std::vector<uint8_t> row(kFp8RowBytes);
+  quantize_fp8_ds_mla_row(ckv.data(), kpe.data(), row.data());
+  for (int b = 0; b < 4; ++b) {
+    float amax = 0, scale;
+    for (int d = 128 * b; d < 128 * b + 128; ++d) amax = std::max(amax, std::fabs(ckv[d]));
+    std::memcpy(&scale, &row[kFp8ScalesOffset + 4 * b], 4);
+    EXPECT_FLOAT_EQ(scale, amax / 448.f) << b;
+  }
+  EXPECT_EQ(std::memcmp(&row[kFp8KpeOffset], kpe.data(), kKpeDim * 2), 0);
+  for (int d = 0; d < kCkvDim; ++d) ASSERT_NEAR(fp8_ds_mla_ckv(row.data(), d), ckv[d], std::fabs(ckv[d]) / 16 + 1e-6) << d;
+}
+
+// The reference reads an fp8_ds_mla cache as its dequantized values: with power-of-two scales
+// those are exact in bf16, so the fp8 problem and the bf16 problem of the same values agree bit
+// for bit, through padding, duplicates and a row stride wider than a row.
+TEST(Reference, Fp8CacheIsTheBf16CacheOfItsDequantizedValues) {
+  HostProblem hp;
+  hp.T = 3;
+  hp.fill({}, 16);
+  hp.indices[1] = -1;
+  hp.indices[2] = hp.indices[3];
+  hp.to_fp8(true);
+  const RefOut bf16 = run_ref(hp.as_bf16().view());
+  const RefOut fp8 = run_ref(hp.view());
+  EXPECT_EQ(fp8.out, bf16.out);
+  EXPECT_EQ(fp8.lse, bf16.lse);
+  std::vector<uint8_t> wide(size_t(hp.rows()) * 672, 0xff);  // NaN filler between rows
+  for (int64_t r = 0; r < hp.rows(); ++r) std::memcpy(&wide[r * 672], &hp.kv_fp8[r * kFp8RowBytes], kFp8RowBytes);
+  SparseMlaProblem p = hp.view();
+  p.ckv_cache = wide.data();
+  p.ckv_row_stride = 672;
+  const RefOut strided = run_ref(p);
+  EXPECT_EQ(strided.out, bf16.out);
+  EXPECT_EQ(strided.lse, bf16.lse);
 }
 
 // The judge must reject what is wrong, or every GPU test that uses it proves nothing.

@@ -226,6 +226,56 @@ TEST(Validate, NamesTheBadArgument) {
   mut([](SparseMlaProblem& p) { p.lse_token_stride = 8; }, "lse");
 }
 
+// An fp8_ds_mla cache is one array of 656-byte rows: a kpe cache or stride given with it, a row
+// stride that is not a multiple of 16 bytes or shorter than a row, or a format that does not
+// exist are refused by name.
+TEST(Validate, Fp8CacheArgumentsAreNamed) {
+  Buffers b;
+  const auto fp8 = [&] {
+    SparseMlaProblem p = good(b);
+    p.kv_format = KvCacheFormat::fp8_ds_mla;
+    p.kpe_cache = nullptr;
+    return p;
+  };
+  EXPECT_NO_THROW(validate(fp8()));
+  SparseMlaProblem p = fp8();
+  p.ckv_row_stride = 1024;  // rows inside a wider buffer
+  EXPECT_NO_THROW(validate(p));
+  const auto mut = [&](auto f, const std::string& name) {
+    SparseMlaProblem q = fp8();
+    f(q);
+    expect_error_naming(q, name);
+  };
+  mut([&](SparseMlaProblem& q) { q.kpe_cache = b.big.data(); }, "kpe_cache");
+  mut([](SparseMlaProblem& q) { q.kpe_row_stride = 64; }, "kpe_row_stride");
+  mut([](SparseMlaProblem& q) { q.ckv_row_stride = 576; }, "ckv_row_stride");  // shorter than a row
+  mut([](SparseMlaProblem& q) { q.ckv_row_stride = 664; }, "ckv_row_stride");  // not a multiple of 16
+  mut([](SparseMlaProblem& q) { q.ckv_cache = nullptr; }, "ckv_cache");
+  mut([](SparseMlaProblem& q) { q.kv_format = static_cast<KvCacheFormat>(7); }, "kv_format");
+}
+
+// The fp8 cache runs on split-K's full kernel with the planner's 32-row tiles: a shared-rows plan
+// or another tile size is refused by name before any launch.
+TEST(Validate, Fp8ForwardRefusesPlansItCannotRun) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  p.kv_format = KvCacheFormat::fp8_ds_mla;
+  p.kpe_cache = nullptr;
+  const DeviceInfo dev{132, 232448, 9, 0};
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  const auto error_of = [&](const SparseMlaPlan& plan) {
+    return testing::error_message([&] { sparse_mla_forward(p, plan, b.big.data(), plan.workspace_bytes, nullptr); });
+  };
+  const std::string shared = error_of(plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, dev, forced));
+  EXPECT_NE(shared.find("bf16"), std::string::npos) << shared;
+  EXPECT_NE(shared.find("split_k"), std::string::npos) << shared;
+  PlanChoice tiles;
+  tiles.block_keys = 16;
+  const std::string small = error_of(plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, dev, tiles));
+  EXPECT_NE(small.find("32-row tiles"), std::string::npos) << small;
+}
+
 TEST(CountInvalid, CountsEntriesOutsideMinusOneToRows) {
   const std::vector<int32_t> idx = {-1, 0, 9, 10, -2, 5, 1 << 30, -1};  // rows = 10
   EXPECT_EQ(count_invalid_indices_host(idx.data(), 2, 4, 4, 10), 3);

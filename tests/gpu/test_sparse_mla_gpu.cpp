@@ -42,6 +42,7 @@ struct DeviceProblem {
   const HostProblem& hp;
   int64_t out_token_stride, lse_token_stride;
   DeviceBuffer<uint16_t> q_nope, q_pe, ckv, kpe;
+  DeviceBuffer<uint8_t> kv_fp8;
   DeviceBuffer<int32_t> indices;
   DeviceBuffer<uint16_t> out;
   DeviceBuffer<float> lse;
@@ -50,7 +51,7 @@ struct DeviceProblem {
       : hp(h),
         out_token_stride(int64_t(h.H) * kCkvDim + out_pad),
         lse_token_stride(h.H + lse_pad),
-        q_nope(h.q_nope), q_pe(h.q_pe), ckv(h.ckv), kpe(h.kpe), indices(h.indices),
+        q_nope(h.q_nope), q_pe(h.q_pe), ckv(h.ckv), kpe(h.kpe), kv_fp8(h.kv_fp8), indices(h.indices),
         out(size_t(h.T) * out_token_stride),
         lse(size_t(h.T) * lse_token_stride) {}
 
@@ -63,7 +64,12 @@ struct DeviceProblem {
 
   SparseMlaProblem view() const {
     SparseMlaProblem p = hp.view();
-    p.q_nope = q_nope.ptr; p.q_pe = q_pe.ptr; p.ckv_cache = ckv.ptr; p.kpe_cache = kpe.ptr;
+    p.q_nope = q_nope.ptr; p.q_pe = q_pe.ptr;
+    if (hp.kv_format == KvCacheFormat::fp8_ds_mla) {
+      p.ckv_cache = kv_fp8.ptr;
+    } else {
+      p.ckv_cache = ckv.ptr; p.kpe_cache = kpe.ptr;
+    }
     p.indices = indices.ptr;
     p.out = out.ptr; p.out_token_stride = out_token_stride;
     p.lse = lse.ptr; p.lse_token_stride = lse_token_stride;
@@ -810,6 +816,173 @@ TEST_F(Gpu, BalancedPlansNeedTheirScheduleAndOnlyThey) {
   edited.ctas += 1;
   EXPECT_NE(error_message([&] { sparse_mla_forward(p, edited, ws.ptr, plan.workspace_bytes, nullptr); }).find("plan"), std::string::npos);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing was launched
+}
+
+// ---- an fp8_ds_mla cache (split-K, each tile dequantized in shared memory) ----------------
+// Every H x topk x pattern as Sweep (fewer patterns past 16 heads), block scales from each
+// block's maximum, against the float64 reference of the dequantized values.
+class Fp8Sweep : public Sweep {};
+
+TEST_P(Fp8Sweep, MatchesReference) {
+  const SweepCase c = GetParam();
+  HostProblem hp = make_problem(3, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
+                                seed_of(c.H, c.topk, int(c.pattern), c.page_size + 8), /*prefix_len=*/3000);
+  hp.to_fp8(false);
+  const Agreement a = run_and_compare(hp);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+std::vector<SweepCase> fp8_cases() {
+  std::vector<SweepCase> v;
+  for (const SweepCase& c : sweep_cases())
+    if (c.topk != 64 && (c.H == 16 || c.pattern == IndexPattern::random || c.pattern == IndexPattern::padding_middle ||
+                         c.pattern == IndexPattern::duplicates))
+      v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8Sweep, ::testing::ValuesIn(fp8_cases()),
+                         [](const ::testing::TestParamInfo<SweepCase>& info) {
+                           return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
+                                  workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
+                         });
+
+// With power-of-two block scales every dequantized value is exact in bf16, so the fp8 cache and
+// the bf16 cache of its values are the same problem. Under the same plan the kernel must give
+// the reference's answer for both and nearly the same outputs: P V multiplies the same products
+// (P x scale x e4m3 = P x value), only S sums its dims in another order (by scale block), which
+// can move a weight's bf16 rounding by a step (relative L2 difference <= 2e-3, 5x below the
+// reference's tolerance; a misapplied scale moves it by O(1)). Covers the lean path (1 and 2 valid rows), fused
+// rows, merged splits, row order (T x topk >= 2^17), one split per token, a balanced schedule,
+// and 32 to 128 heads.
+TEST_F(Gpu, Fp8AgreesWithTheBf16CacheOfItsValues) {
+  struct Case {
+    int T, H, topk;
+    IndexPattern pattern;
+    int valid;  // > 0: only the first `valid` positions of each list
+    bool balanced;
+  };
+  const Case cases[] = {
+      {1, 16, 2048, IndexPattern::random, 1, false},  {1, 16, 2048, IndexPattern::random, 2, false},
+      {1, 16, 2048, IndexPattern::random, 0, false},  {4, 16, 2048, IndexPattern::random, 33, false},
+      {64, 16, 2048, IndexPattern::random, 0, false}, {300, 16, 100, IndexPattern::padding_middle, 0, false},
+      {8, 16, 2048, IndexPattern::runs, 0, true},     {5, 32, 2049, IndexPattern::duplicates, 0, false},
+      {2, 64, 2048, IndexPattern::random, 0, false},  {3, 128, 63, IndexPattern::out_of_range, 0, false},
+      {1024, 16, 2, IndexPattern::random, 0, false},
+  };
+  for (const Case& c : cases) {
+    HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 128, c.pattern, seed_of(c.T, c.H, c.topk, c.valid));
+    if (c.valid > 0)
+      for (int t = 0; t < c.T; ++t) std::fill(hp.indices.begin() + size_t(t) * c.topk + c.valid, hp.indices.begin() + size_t(t + 1) * c.topk, -1);
+    hp.to_fp8(true);
+    const HostProblem bf = hp.as_bf16();
+    const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
+                             workload::to_string(c.pattern) + " valid " + std::to_string(c.valid);
+    std::vector<uint16_t> out[2];
+    std::vector<float> lse[2];
+    for (int fp8 = 0; fp8 < 2; ++fp8) {
+      const HostProblem& which = fp8 ? hp : bf;
+      DeviceProblem d(which);
+      std::vector<double> ro, rl;
+      reference(which, ro, rl);
+      PlanChoice split_k;
+      split_k.kernel = PlanChoice::Kernel::split_k;
+      const SparseMlaPlan plan = c.balanced ? balanced_plan(which) : plan_sparse_mla(c.T, c.H, c.topk, DeviceInfo::from_device(0), split_k);
+      SparseMlaProblem p = d.view();
+      DeviceBuffer<uint8_t> schedule(plan.schedule_bytes);
+      if (c.balanced) {
+        make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes, nullptr);
+        p.schedule = schedule.ptr;
+        p.schedule_bytes = plan.schedule_bytes;
+      }
+      const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+      ASSERT_TRUE(a.ok()) << what << (fp8 ? " fp8: " : " bf16: ") << a.summary();
+      out[fp8] = d.out.get();
+      lse[fp8] = d.lse.get();
+    }
+    // The difference a scale applied wrongly would make is of the outputs' own size; one bf16
+    // step of P on a key moves an element by up to 2^-8 of that key's weighted row.
+    ASSERT_EQ(out[1].size(), out[0].size());
+    double diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) {
+      const double a = bf16_to_float(out[0][i]), b = bf16_to_float(out[1][i]);
+      diff2 += (a - b) * (a - b);
+      ref2 += a * a;
+    }
+    EXPECT_LE(std::sqrt(diff2 / std::max(ref2, 1e-30)), 2e-3) << what << ": fp8 and bf16 outputs differ";
+    for (size_t i = 0; i < lse[0].size(); ++i) {
+      if (std::isinf(lse[0][i])) {
+        ASSERT_EQ(lse[1][i], lse[0][i]) << what << " lse " << i;
+        continue;
+      }
+      ASSERT_NEAR(lse[1][i], lse[0][i], 1e-4f) << what << " lse " << i;
+    }
+  }
+}
+
+// Every e4m3 code but NaN in one row (subnormals and both zeros included), its four blocks at
+// scales 1, 2^-3, 2^5 and 2^-10: a list of that row once (the lean path) or four times (the tile
+// path, weights 1/4) must give out = the row's values exactly (each exact in bf16).
+TEST_F(Gpu, Fp8EveryCodeDequantizesExactly) {
+  HostProblem hp = make_problem(2, 16, 4, 64, 2, IndexPattern::random, 78);
+  hp.to_fp8(true);
+  constexpr int kRow = 5;
+  uint8_t* row = &hp.kv_fp8[size_t(kRow) * kFp8RowBytes];
+  for (int d = 0; d < kCkvDim; ++d) row[d] = static_cast<uint8_t>((d & 0x7f) == 0x7f ? d ^ 1 : d);  // 0x7f, 0xff: NaN
+  const float scales[4] = {1.f, 0.125f, 32.f, std::ldexp(1.f, -10)};
+  std::memcpy(row + kFp8ScalesOffset, scales, sizeof scales);
+  hp.indices = {kRow, -1, -1, -1, kRow, kRow, kRow, kRow};
+  DeviceProblem d(hp);
+  std::vector<double> ro, rl;
+  reference(hp, ro, rl);
+  const Agreement a = forward_and_judge(d, d.view(), plan_sparse_mla(d.view()), ro, rl);
+  EXPECT_TRUE(a.ok()) << a.summary();
+  const auto out = d.out.get();
+  for (int t = 0; t < hp.T; ++t)
+    for (int h = 0; h < hp.H; ++h)
+      for (int k = 0; k < kCkvDim; ++k) {
+        const float want = static_cast<float>(fp8_ds_mla_ckv(row, k));
+        ASSERT_EQ(bf16_to_float(float_to_bf16(want)), want) << "dim " << k << " is not exact in bf16";
+        // As floats: -0 sums to +0 in the tile path's accumulators.
+        ASSERT_EQ(bf16_to_float(out[(size_t(t) * hp.H + h) * kCkvDim + k]), want) << "token " << t << " head " << h << " dim " << k;
+      }
+}
+
+// The planner keeps an fp8 cache on split-K where a bf16 one would take shared rows (64 heads).
+TEST_F(Gpu, Fp8IsPlannedOnSplitK) {
+  HostProblem hp = make_problem(64, 64, 2048, 64, 64, IndexPattern::random, 4343);
+  DeviceProblem bf(hp);
+  ASSERT_EQ(plan_sparse_mla(bf.view()).kernel, SparseMlaKernel::shared_rows);
+  hp.to_fp8(false);
+  DeviceProblem d(hp);
+  EXPECT_EQ(plan_sparse_mla(d.view()).kernel, SparseMlaKernel::split_k);
+}
+
+// Rows at a stride wider than 656 bytes with NaN between them, q and out strided: nothing outside
+// a row is read, nothing outside out's rows written.
+TEST_F(Gpu, Fp8WideRowStrideAndStridedQueryAndOutput) {
+  HostProblem hp = make_problem(5, 16, 2048, 64, 64, IndexPattern::padding_middle, 4242);
+  hp.to_fp8(false);
+  constexpr int kStride = 672;
+  std::vector<uint8_t> wide(size_t(hp.rows()) * kStride, 0xff);
+  for (int64_t r = 0; r < hp.rows(); ++r) std::memcpy(&wide[r * kStride], &hp.kv_fp8[r * kFp8RowBytes], kFp8RowBytes);
+  std::vector<uint16_t> q_wide(size_t(hp.T) * hp.H * 640, 0x7fc0);
+  for (int t = 0; t < hp.T; ++t)
+    for (int h = 0; h < hp.H; ++h)
+      std::copy_n(&hp.q_nope[(size_t(t) * hp.H + h) * kCkvDim], kCkvDim, &q_wide[(size_t(t) * hp.H + h) * 640]);
+  DeviceProblem d(hp, /*out_pad=*/64, /*lse_pad=*/3);
+  DeviceBuffer<uint8_t> cache(wide);
+  DeviceBuffer<uint16_t> q(q_wide);
+  SparseMlaProblem p = d.view();
+  p.ckv_cache = cache.ptr;
+  p.ckv_row_stride = kStride;
+  p.q_nope = q.ptr;
+  p.q_nope_head_stride = 640;
+  p.q_nope_token_stride = 640 * hp.H;
+  std::vector<double> ro, rl;
+  reference(hp, ro, rl);
+  const Agreement a = forward_and_judge(d, p, plan_sparse_mla(p), ro, rl);
+  EXPECT_TRUE(a.ok()) << a.summary();
 }
 
 // ---- strided q/out/lse and a combined ckv|kpe cache ----------------------------------------

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "common/block_compact.cuh"
 #include "common/cuda_check.h"
@@ -24,15 +25,26 @@ __device__ __forceinline__ uint4 load_16(const uint4* p) {
   return __ldg(p);
 }
 
-// One warp reads one row: two ckv vectors per lane (1024 B) and lanes 0-7 one kpe vector (128
-// B). Returns a value that depends on every load.
+// One warp reads one row: bf16, two ckv vectors per lane (1024 B) and lanes 0-7 one kpe vector
+// (128 B); fp8_ds_mla, one vector per lane and lanes 0-8 one more (656 B). Returns a value that
+// depends on every load.
 template <bool kL2Only = false>
-__device__ __forceinline__ unsigned load_row(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe, int row, int lane) {
-  const uint4* c = ckv + static_cast<int64_t>(row) * 64;
+__device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, int lane) {
+  if (cache.fp8_row_bytes > 0) {
+    const uint4* c = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(row) * cache.fp8_row_bytes);
+    const uint4 a = load_16<kL2Only>(c + lane);
+    unsigned acc = a.x ^ a.y ^ a.z ^ a.w;
+    if (lane < kFp8RowBytes / 16 - 32) {
+      const uint4 b = load_16<kL2Only>(c + 32 + lane);
+      acc ^= b.x ^ b.w;
+    }
+    return acc;
+  }
+  const uint4* c = static_cast<const uint4*>(cache.ckv) + static_cast<int64_t>(row) * 64;
   const uint4 a = load_16<kL2Only>(c + lane), b = load_16<kL2Only>(c + lane + 32);
   unsigned acc = a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
   if (lane < 8) {
-    const uint4 p = load_16<kL2Only>(kpe + static_cast<int64_t>(row) * 8 + lane);
+    const uint4 p = load_16<kL2Only>(static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(row) * 8 + lane);
     acc ^= p.x ^ p.w;
   }
   return acc;
@@ -42,8 +54,7 @@ __device__ __forceinline__ unsigned load_row(const uint4* __restrict__ ckv, cons
 // b % splits of ceil(topk / splits)), one warp per row: 64 lanes-worth of ckv vectors (two per
 // lane) and 8 of kpe. Returns a value that depends on every load.
 template <bool kL2Only = false>
-__device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
-                                                      const int32_t* __restrict__ indices, int topk, int num_rows,
+__device__ __forceinline__ unsigned gather_block_rows(const CacheRows cache, const int32_t* __restrict__ indices, int topk, int num_rows,
                                                       int splits) {
   const int t = blockIdx.x / splits, s = blockIdx.x % splits;
   const int chunk = (topk + splits - 1) / splits;
@@ -54,16 +65,15 @@ __device__ __forceinline__ unsigned gather_block_rows(const uint4* __restrict__ 
   for (int k = begin + warp; k < end; k += kProbeThreads / 32) {
     const int r = __ldg(idx + k);
     if (!detail::names_a_row(r, num_rows)) continue;
-    acc ^= load_row<kL2Only>(ckv, kpe, r, lane);
+    acc ^= load_row<kL2Only>(cache, r, lane);
   }
   return acc;
 }
 
 template <bool kL2Only>
-__global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
-                                                                    const int32_t* __restrict__ indices, int topk, int num_rows,
-                                                                    int splits, unsigned* sink) {
-  const unsigned acc = gather_block_rows<kL2Only>(ckv, kpe, indices, topk, num_rows, splits);
+__global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
+                                                                    int topk, int num_rows, int splits, unsigned* sink) {
+  const unsigned acc = gather_block_rows<kL2Only>(cache, indices, topk, num_rows, splits);
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
 }
 
@@ -151,13 +161,13 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
 // The output floor with every token split the same way: block b is split b % kSplits of token
 // b / kSplits, reading its chunk of index positions as the gather floor does.
 template <int kSplits>
-__global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
-                                                                     const int32_t* __restrict__ indices, int topk, int num_rows,
+__global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
+                                                                     int topk, int num_rows,
                                                                      float* partials, unsigned* arrivals, unsigned target,
                                                                      uint4* out, unsigned* sink) {
   __shared__ float4 s_part[kSplits > 8 ? kMergeThreads : 1];
   const int t = blockIdx.x / kSplits, s = blockIdx.x % kSplits;
-  const unsigned acc = gather_block_rows(ckv, kpe, indices, topk, num_rows, kSplits);
+  const unsigned acc = gather_block_rows(cache, indices, topk, num_rows, kSplits);
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
   merge_split_outputs(v, t, s, kSplits, blockIdx.x, static_cast<int64_t>(t) * kSplits, gridDim.x, partials, arrivals, target, out,
                       sink, s_part);
@@ -172,8 +182,7 @@ __global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const uint4
 // split writes its output unmerged.
 constexpr int kQVec4 = kProbeHeads * 576 / 8;                  // 1152
 constexpr int kListPerThread = 2048 / kMergeThreads;           // 8: topk <= 2048
-__global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint4* __restrict__ ckv, const uint4* __restrict__ kpe,
-                                                                      const uint4* __restrict__ q, const int32_t* __restrict__ indices,
+__global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const CacheRows cache, const uint4* __restrict__ q, const int32_t* __restrict__ indices,
                                                                       int topk, int num_rows, int rows_per_split, float* partials,
                                                                       unsigned* arrivals, unsigned calls, uint4* out, unsigned* sink) {
   constexpr int kWarps = kMergeThreads / 32;
@@ -206,7 +215,7 @@ __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const uint
   if (s >= n) return;
   const int begin = s * m / n, end = (s + 1) * m / n;
   for (int k = begin + warp; k < end; k += kWarps) {
-    acc ^= load_row(ckv, kpe, s_rows[k], lane);
+    acc ^= load_row(cache, s_rows[k], lane);
   }
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
   merge_split_outputs(v, t, s, n, blockIdx.x, static_cast<int64_t>(t) * kMaxRowSplits, gridDim.x, partials, arrivals,
@@ -283,10 +292,10 @@ void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
-                        int num_rows, int splits, unsigned* sink, cudaStream_t stream, bool l2_only) {
+void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
+                        unsigned* sink, cudaStream_t stream, bool l2_only) {
   (l2_only ? gather_rows_kernel<true> : gather_rows_kernel<false>)<<<num_tokens * splits, kProbeThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(ckv), reinterpret_cast<const uint4*>(kpe), indices, topk, num_rows, splits, sink);
+      cache, indices, topk, num_rows, splits, sink);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -300,16 +309,14 @@ size_t merge_partials_bytes(int num_tokens, int splits) {
   return splits < 2 ? 0 : size_t(num_tokens) * splits * (size_t(kPartialVec4) * 16 + kProbeHeads * 4);
 }
 
-void launch_gather_merge(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
+void launch_gather_merge(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk,
                          int num_rows, int splits, float* partials, unsigned* arrivals, unsigned target, uint16_t* out,
                          unsigned* sink, cudaStream_t stream) {
-  const auto* c = reinterpret_cast<const uint4*>(ckv);
-  const auto* k = reinterpret_cast<const uint4*>(kpe);
   auto* o = reinterpret_cast<uint4*>(out);
   const dim3 grid(static_cast<unsigned>(num_tokens * splits)), block(kMergeThreads);
   switch (splits) {
 #define DSA_MERGE_CASE(S) \
-    case S: gather_merge_kernel<S><<<grid, block, 0, stream>>>(c, k, indices, topk, num_rows, partials, arrivals, target, o, sink); break;
+    case S: gather_merge_kernel<S><<<grid, block, 0, stream>>>(cache, indices, topk, num_rows, partials, arrivals, target, o, sink); break;
     DSA_MERGE_CASE(1) DSA_MERGE_CASE(2) DSA_MERGE_CASE(4) DSA_MERGE_CASE(8) DSA_MERGE_CASE(16) DSA_MERGE_CASE(32) DSA_MERGE_CASE(64)
 #undef DSA_MERGE_CASE
     default: throw Error("launch_gather_merge: splits must be a power of 2 in [1, 64], got " + std::to_string(splits));
@@ -327,14 +334,43 @@ size_t split_by_rows_partials_bytes(int num_tokens) {
   return size_t(num_tokens) * kMaxRowSplits * (size_t(kPartialVec4) * 16 + kProbeHeads * 4);
 }
 
-void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int num_tokens,
+void launch_split_by_rows(const CacheRows& cache, const uint16_t* q, const int32_t* indices, int num_tokens,
                           int topk, int num_rows, int rows_per_split, float* partials, unsigned* arrivals, unsigned calls,
                           uint16_t* out, unsigned* sink, cudaStream_t stream) {
   if (topk > 2048) throw Error("launch_split_by_rows: topk must be <= 2048, got " + std::to_string(topk));
   if (rows_per_split < 1) throw Error("launch_split_by_rows: rows_per_split must be >= 1");
   split_by_rows_kernel<<<static_cast<unsigned>(num_tokens * kMaxRowSplits), kMergeThreads, 0, stream>>>(
-      reinterpret_cast<const uint4*>(ckv), reinterpret_cast<const uint4*>(kpe), reinterpret_cast<const uint4*>(q), indices, topk,
+      cache, reinterpret_cast<const uint4*>(q), indices, topk,
       num_rows, rows_per_split, partials, arrivals, calls, reinterpret_cast<uint4*>(out), sink);
+  DSA_CUDA_CHECK(cudaGetLastError());
+}
+
+// A warp per row: lane l takes ckv dims [16 l, 16 l + 16) (block l / 8), the block's absolute
+// maximum by a reduction over its 8 lanes, then the e4m3 values, the scales and the kpe part.
+__global__ void quantize_fp8_ds_mla_kernel(const uint16_t* __restrict__ ckv, const uint16_t* __restrict__ kpe, int64_t rows,
+                                           uint8_t* __restrict__ out) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+    float v[16], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      v[i] = __uint_as_float(static_cast<uint32_t>(ckv[r * kCkvDim + 16 * lane + i]) << 16);
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float scale = amax > 0.f ? amax / 448.f : 1.f;
+    uint8_t* row = out + r * kFp8RowBytes;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) row[16 * lane + i] = __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3);
+    if (lane % 8 == 0) reinterpret_cast<float*>(row + kFp8ScalesOffset)[lane / 8] = scale;
+    reinterpret_cast<uint32_t*>(row + kFp8KpeOffset)[lane] = reinterpret_cast<const uint32_t*>(kpe + r * kKpeDim)[lane];
+  }
+}
+
+void launch_quantize_fp8_ds_mla(const uint16_t* ckv, const uint16_t* kpe, int64_t rows, uint8_t* out, cudaStream_t stream) {
+  quantize_fp8_ds_mla_kernel<<<1024, 256, 0, stream>>>(ckv, kpe, rows, out);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -9,10 +9,18 @@
 
 namespace dsa::bench {
 
-// Reads ckv (1024 B) + kpe (128 B) of every valid entry of indices[T, topk]; `splits` blocks per
-// token. l2_only: loads that skip L1 (ld.global.cg), as tile fills into shared memory read.
-void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
-                        int num_rows, int splits, unsigned* sink, cudaStream_t stream, bool l2_only = false);
+// The cache rows the floors read: bf16 ckv (1024 B) and kpe (128 B) rows, or fp8_ds_mla rows
+// (656 B each, at fp8_row_bytes).
+struct CacheRows {
+  const void* ckv = nullptr;  // bf16 [rows, 512], or the fp8_ds_mla rows
+  const void* kpe = nullptr;  // bf16 [rows, 64]; null for fp8_ds_mla
+  int fp8_row_bytes = 0;      // > 0: fp8_ds_mla rows at this stride (a multiple of 16)
+};
+
+// Reads every valid entry's row of indices[T, topk]; `splits` blocks per token. l2_only: loads
+// that skip L1 (ld.global.cg), as tile fills into shared memory read.
+void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
+                        unsigned* sink, cudaStream_t stream, bool l2_only = false);
 // The output floor (gather_merge_kernel in bench_kernels.cu): the same loads, then, with each
 // token split over `splits` blocks (a power of 2 <= 64), 16 x 512 fp32 partials, a barrier per
 // token in L2 and a merge of each block's 1 / splits of the bf16 output into out[T, 16, 512];
@@ -20,7 +28,7 @@ void launch_gather_rows(const uint16_t* ckv, const uint16_t* kpe, const int32_t*
 // starts zeroed and only grows: call n of a sequence passes target = n x splits. Splits > 1
 // needs num_tokens x splits <= max_merge_blocks(sm_count) (every block resident at once); a
 // barrier that still waits too long gives up and sets sink[1].
-void launch_gather_merge(const uint16_t* ckv, const uint16_t* kpe, const int32_t* indices, int num_tokens, int topk,
+void launch_gather_merge(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk,
                          int num_rows, int splits, float* partials, unsigned* arrivals, unsigned target, uint16_t* out,
                          unsigned* sink, cudaStream_t stream);
 size_t merge_partials_bytes(int num_tokens, int splits);
@@ -35,7 +43,7 @@ int max_merge_blocks(int sm_count);
 // token takes several splits, the T x kMaxRowSplits blocks must fit the chip at once
 // (max_split_by_rows_blocks).
 constexpr int kMaxRowSplits = 64;
-void launch_split_by_rows(const uint16_t* ckv, const uint16_t* kpe, const uint16_t* q, const int32_t* indices, int num_tokens,
+void launch_split_by_rows(const CacheRows& cache, const uint16_t* q, const int32_t* indices, int num_tokens,
                           int topk, int num_rows, int rows_per_split, float* partials, unsigned* arrivals, unsigned calls,
                           uint16_t* out, unsigned* sink, cudaStream_t stream);
 size_t split_by_rows_partials_bytes(int num_tokens);
@@ -63,5 +71,8 @@ void launch_empty(int blocks, int smem_bytes, cudaStream_t stream);
 void launch_fill_normal_bf16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream);
 // The same as fp16 bit patterns.
 void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed, cudaStream_t stream);
+// fp8_ds_mla rows [rows, 656] quantized from bf16 ckv [rows, 512] and kpe [rows, 64] (each 128-dim
+// block scaled by its absolute maximum / 448, as quantize_fp8_ds_mla_row does on the host).
+void launch_quantize_fp8_ds_mla(const uint16_t* ckv, const uint16_t* kpe, int64_t rows, uint8_t* out, cudaStream_t stream);
 
 }  // namespace dsa::bench

@@ -58,6 +58,7 @@ struct Options : TimingOptions {
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
   bool warm_tlb = false;   // after each flush, touch one word per 64 KB of every buffer (caches translations only)
   bool host_overhead = false;  // host time of plan + forward, enqueue only
+  std::string kv = "bf16";  // the cache format: bf16, or fp8 (KvCacheFormat::fp8_ds_mla, quantized from the bf16 cache)
   std::vector<int> union_groups;  // --union-floor: group sizes G for the union floor
   std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
   std::string export_dir;     // write the selected cases as FlashInfer-Bench workloads and exit
@@ -146,15 +147,19 @@ struct Result {
 };
 
 // A KV cache on the device for one (num_pages, page_size), filled once; host copy on demand.
+// With --kv fp8 the kernels and floors read fp8_ds_mla rows quantized from the bf16 cache.
 struct Cache {
   int num_pages = 0, page_size = 0;
   uint16_t* ckv = nullptr;
   uint16_t* kpe = nullptr;
+  uint8_t* fp8 = nullptr;  // fp8_ds_mla rows, or null
   std::vector<uint16_t> host_ckv, host_kpe;
+  std::vector<uint8_t> host_fp8;
   int64_t rows() const { return int64_t(num_pages) * page_size; }
   ~Cache() {
     cudaFree(ckv);
     cudaFree(kpe);
+    cudaFree(fp8);
   }
   void fetch_host() {
     if (!host_ckv.empty()) return;
@@ -162,6 +167,17 @@ struct Cache {
     host_kpe.resize(rows() * kKpeDim);
     DSA_CUDA_CHECK(cudaMemcpy(host_ckv.data(), ckv, host_ckv.size() * 2, cudaMemcpyDeviceToHost));
     DSA_CUDA_CHECK(cudaMemcpy(host_kpe.data(), kpe, host_kpe.size() * 2, cudaMemcpyDeviceToHost));
+    if (fp8 != nullptr) {
+      host_fp8.resize(rows() * kFp8RowBytes);
+      DSA_CUDA_CHECK(cudaMemcpy(host_fp8.data(), fp8, host_fp8.size(), cudaMemcpyDeviceToHost));
+    }
+  }
+  CacheRows floor_rows() const { return fp8 ? CacheRows{fp8, nullptr, kFp8RowBytes} : CacheRows{ckv, kpe, 0}; }
+  // The problem's cache pointers and format (host copies with `host`).
+  void point(SparseMlaProblem& p, bool host) const {
+    p.kv_format = fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16;
+    p.ckv_cache = fp8 ? (host ? static_cast<const void*>(host_fp8.data()) : fp8) : (host ? host_ckv.data() : static_cast<const void*>(ckv));
+    p.kpe_cache = fp8 ? nullptr : host ? host_kpe.data() : static_cast<const void*>(kpe);
   }
 };
 
@@ -308,7 +324,7 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
     unsigned calls = 0;
     return timer.time(which, [&] {
       ++calls;
-      launch_gather_merge(cache.ckv, cache.kpe, idx, T, topk, int(cache.rows()), splits, static_cast<float*>(partials.get()),
+      launch_gather_merge(cache.floor_rows(), idx, T, topk, int(cache.rows()), splits, static_cast<float*>(partials.get()),
                           static_cast<unsigned*>(arrivals.get()), calls * unsigned(splits), static_cast<uint16_t*>(out.get()), sink,
                           stream);
     }, 1, reps, warmup);
@@ -347,7 +363,7 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
     DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
     unsigned calls = 0;
     return timer.time(which, [&] {
-      launch_split_by_rows(cache.ckv, cache.kpe, static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), T, topk,
+      launch_split_by_rows(cache.floor_rows(), static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), T, topk,
                            int(cache.rows()), rows, static_cast<float*>(partials.get()), static_cast<unsigned*>(arrivals.get()),
                            ++calls, static_cast<uint16_t*>(out.get()), sink, stream);
     }, 1, reps, warmup);
@@ -380,12 +396,16 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   SparseMlaProblem p;
   p.num_tokens = T; p.num_heads = H; p.topk = topk;
   p.page_size = cache.page_size; p.num_pages = cache.num_pages; p.sm_scale = c.sm_scale;
-  p.q_nope = d_qn.get(); p.q_pe = d_qp.get(); p.ckv_cache = cache.ckv; p.kpe_cache = cache.kpe;
+  p.q_nope = d_qn.get(); p.q_pe = d_qp.get();
+  cache.point(p, false);
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   p.index_sharing = index_sharing(o);
   validate(p);
-  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), plan_choice(o), p.index_sharing);
+  PlanChoice choice = plan_choice(o);
+  // An fp8 cache runs on split-K (shared rows reads bf16), as plan_sparse_mla(problem) plans it.
+  if (p.kv_format == KvCacheFormat::fp8_ds_mla && choice.kernel == PlanChoice::Kernel::planner) choice.kernel = PlanChoice::Kernel::split_k;
+  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), choice, p.index_sharing);
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
@@ -423,7 +443,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     cache.fetch_host();
     SparseMlaProblem hp = p;
     hp.q_nope = q_nope.data(); hp.q_pe = q_pe.data();
-    hp.ckv_cache = cache.host_ckv.data(); hp.kpe_cache = cache.host_kpe.data();
+    cache.point(hp, true);
     hp.indices = indices.data();
     std::vector<uint16_t> dummy_out(16);
     std::vector<float> dummy_lse(4);
@@ -444,7 +464,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   // launched after each flush: the timed call then finds its kernels' instructions cached but
   // none of its data.
   const int warm_rows = 64;
-  DevicePtr w_ckv, w_kpe, w_qn, w_qp, w_idx, w_out, w_lse, w_ws;
+  DevicePtr w_ckv, w_kpe, w_fp8, w_qn, w_qp, w_idx, w_out, w_lse, w_ws;
   SparseMlaProblem warm = p;
   if (o.warm_code) {
     w_ckv.reset(device_copy(workload::random_bf16(size_t(warm_rows) * kCkvDim, 1.0, o.seed + 21)));
@@ -459,6 +479,13 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     w_ws.reset(device_copy(std::vector<uint8_t>(std::max<size_t>(res.plan.workspace_bytes, 16))));
     warm.page_size = warm_rows; warm.num_pages = 1;
     warm.ckv_cache = w_ckv.get(); warm.kpe_cache = w_kpe.get();
+    if (cache.fp8 != nullptr) {  // the same format as the timed call
+      w_fp8.reset(device_copy(std::vector<uint8_t>(size_t(warm_rows) * kFp8RowBytes)));
+      launch_quantize_fp8_ds_mla(static_cast<const uint16_t*>(w_ckv.get()), static_cast<const uint16_t*>(w_kpe.get()), warm_rows,
+                                 static_cast<uint8_t*>(w_fp8.get()), stream);
+      warm.ckv_cache = w_fp8.get();
+      warm.kpe_cache = nullptr;
+    }
     warm.q_nope = w_qn.get(); warm.q_pe = w_qp.get();
     warm.indices = static_cast<const int32_t*>(w_idx.get());
     warm.out = w_out.get(); warm.lse = static_cast<float*>(w_lse.get());
@@ -473,8 +500,12 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   DevicePtr d_sink(sink);
   if (o.warm_tlb) {
     PageRanges r;
-    r.add(cache.ckv, size_t(cache.rows()) * kCkvDim * 2);
-    r.add(cache.kpe, size_t(cache.rows()) * kKpeDim * 2);
+    if (cache.fp8 != nullptr) {
+      r.add(cache.fp8, size_t(cache.rows()) * kFp8RowBytes);
+    } else {
+      r.add(cache.ckv, size_t(cache.rows()) * kCkvDim * 2);
+      r.add(cache.kpe, size_t(cache.rows()) * kKpeDim * 2);
+    }
     r.add(d_qn.get(), q_nope.size() * 2);
     r.add(d_qp.get(), q_pe.size() * 2);
     r.add(d_idx.get(), indices.size() * 4);
@@ -522,7 +553,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     return best_split(candidates, o, [&](int splits, int reps, int warmup) {
       return timer.time(
           which,
-          [&] { launch_gather_rows(cache.ckv, cache.kpe, idx_ptr, lists, len, int(cache.rows()), splits, sink, stream, l2_only); },
+          [&] { launch_gather_rows(cache.floor_rows(), idx_ptr, lists, len, int(cache.rows()), splits, sink, stream, l2_only); },
           1, reps, warmup);
     });
   };
@@ -747,8 +778,8 @@ int run(const Options& o) {
               "commit %s\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, sm_clock_khz / 1000, mem_clock_khz / 1000,
               driver, runtime, DSA_GIT_COMMIT);
-  std::printf("timer %s, L2 %s before each call, %d reps (median, min-max)\n", to_string(which),
-              o.no_flush ? "NOT flushed" : "flushed", o.reps);
+  std::printf("timer %s, L2 %s before each call, %d reps (median, min-max), KV cache %s\n", to_string(which),
+              o.no_flush ? "NOT flushed" : "flushed", o.reps, o.kv == "fp8" ? "fp8_ds_mla (656-byte rows; the floors read them)" : "bf16");
 
   KernelTimer timer(nullptr, !o.no_flush);
   // Fixed costs no kernel of this shape can avoid: an empty launch, and one that asks for the
@@ -771,6 +802,10 @@ int run(const Options& o) {
       DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->kpe), cache->rows() * kKpeDim * 2));
       launch_fill_normal_bf16(cache->ckv, cache->rows() * kCkvDim, 0.5f, o.seed + 3, nullptr);
       launch_fill_normal_bf16(cache->kpe, cache->rows() * kKpeDim, 0.5f, o.seed + 4, nullptr);
+      if (o.kv == "fp8") {
+        DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->fp8), cache->rows() * kFp8RowBytes));
+        launch_quantize_fp8_ds_mla(cache->ckv, cache->kpe, cache->rows(), cache->fp8, nullptr);
+      }
       if (stream_gbs == 0 && cache->rows() * kCkvDim * 2 >= (size_t(256) << 20)) {
         unsigned* sink = nullptr;
         DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 64));
@@ -985,6 +1020,9 @@ int main(int argc, char** argv) {
                "diagnostic (cupti): after each flush, load one word per 64 KB of every buffer from every SM, so "
                "the timed call pays for cold data but not for cold address translations");
   app.add_flag("--host-overhead", o.host_overhead, "print the host time of one plan + forward call");
+  app.add_option("--kv", o.kv, "KV cache format: bf16, or fp8 (fp8_ds_mla rows of 656 B quantized from the bf16 cache; "
+                               "the floors read those rows)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   app.add_option("--union-floor", o.union_groups,
                  "also time the union floor for these group sizes (comma-separated): each group of G consecutive tokens "
                  "reads the union of its rows once")
