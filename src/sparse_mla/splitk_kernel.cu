@@ -1,4 +1,4 @@
-// Sparse MLA forward, split-K gather-attention + combine (bf16 KV cache, mma.sync m16n8k16).
+// Sparse MLA forward, split-K gather-attention + combine (bf16 or fp8_ds_mla KV cache, mma.sync m16n8k16).
 //
 // One CTA = one token x one group of 16 heads x one chunk of index positions ("split").
 //   1. The chunk's raw indices are loaded first (they head the critical path: indices -> rows),
@@ -66,6 +66,11 @@
 //                                                 to 4 rows issued every row's predicated code (4 rows 5.8,
 //                                                 run 214); templates up to 4 rows: 3 rows -0.4 us, 4 rows
 //                                                 0, 2 rows and T=64 +0.1-0.2 (run 225)
+//   v14 6a7f886  fp8_ds_mla caches (kFp8 instances; bf16 PTX unchanged): tiles converted in place,
+//                exactly, scales applied to each warp's S block and P in fp32. fp8 vs bf16 (runs
+//                302-303): T=1 random 9.8 vs 9.5, T=16 24.8 vs 29.7, T=64 61.7 vs 69.7, T=256 196.5
+//                vs 159.1, T=1024 754-759 vs 610: the conversion pass (~140 us at T=1024) binds
+//                from T=256. Raw stages + one bf16 tile (two tiles in flight): 1-2 % slower.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
