@@ -46,16 +46,38 @@ dsa::IndexSharing parse_sharing(c10::string_view text) {
                      "share rows) or 'none' (a decode batch), got '", s, "'");
 }
 
+// An FP8 cache (dsa::KvCacheFormat::fp8_ds_mla): 656-byte rows as uint8 or float8_e4m3fn.
+bool is_fp8_cache(const at::Tensor& ckv) {
+  return ckv.scalar_type() == at::kByte || ckv.scalar_type() == at::kFloat8_e4m3fn;
+}
+
+// ckv_cache as either format: [num_pages, page_size, 512] bf16, or [num_pages, page_size, 656]
+// uint8 / float8_e4m3fn rows of fp8_ds_mla.
+void check_cache(const at::Tensor& ckv, const at::Device& dev) {
+  check_input(ckv, "ckv_cache", is_fp8_cache(ckv) ? ckv.scalar_type() : at::kBFloat16, 3, dev);
+  const int64_t width = is_fp8_cache(ckv) ? dsa::kFp8RowBytes : dsa::kCkvDim;
+  TORCH_CHECK(ckv.size(2) == width, "dsa.sparse_mla_forward: ckv_cache must be [num_pages, page_size, 512] bf16 or [num_pages, "
+              "page_size, 656] uint8 / float8_e4m3fn (fp8_ds_mla rows), got ", shape(ckv.sizes()), " ", ckv.scalar_type());
+  // Flat row r = page * page_size + offset must address row r: pages laid out back to back.
+  TORCH_CHECK(ckv.size(1) <= 1 || ckv.size(0) <= 1 || ckv.stride(0) == ckv.size(1) * ckv.stride(1),
+              "dsa.sparse_mla_forward: ckv_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
+}
+
 // Fills a dsa::SparseMlaProblem from tensors, checking what the C++ API cannot see (dtypes,
-// devices, shapes, the paged layout of the caches).
+// devices, shapes, the paged layout of the caches). An fp8_ds_mla ckv_cache comes without kpe_cache.
 dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
-                                   const at::Tensor& kpe, const at::Tensor& idx, double sm_scale,
+                                   const c10::optional<at::Tensor>& kpe_opt, const at::Tensor& idx, double sm_scale,
                                    const at::Tensor& out, const at::Tensor& lse, c10::string_view index_sharing) {
   const at::Device dev = q_nope.device();
   check_input(q_nope, "q_nope", at::kBFloat16, 3, dev);
   check_input(q_pe, "q_pe", at::kBFloat16, 3, dev);
-  check_input(ckv, "ckv_cache", at::kBFloat16, 3, dev);
-  check_input(kpe, "kpe_cache", at::kBFloat16, 3, dev);
+  check_cache(ckv, dev);
+  const bool fp8 = is_fp8_cache(ckv);
+  TORCH_CHECK(fp8 != kpe_opt.has_value(), "dsa.sparse_mla_forward: ",
+              fp8 ? "kpe_cache must be None with an fp8_ds_mla ckv_cache (its rows hold the kpe values)"
+                  : "kpe_cache is required with a bf16 ckv_cache");
+  const at::Tensor kpe = fp8 ? at::Tensor() : *kpe_opt;
+  if (!fp8) check_input(kpe, "kpe_cache", at::kBFloat16, 3, dev);
   check_input(idx, "sparse_indices", at::kInt, 2, dev);
   check_input(out, "out", at::kBFloat16, 3, dev);
   check_input(lse, "lse", at::kFloat, 2, dev);
@@ -64,16 +86,13 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   TORCH_CHECK(q_pe.size(0) == T && q_pe.size(1) == H && q_pe.size(2) == dsa::kKpeDim,
               "dsa.sparse_mla_forward: q_pe must be [T, H, 64] = [", num(T), ", ", num(H), ", 64], got ",
               shape(q_pe.sizes()));
-  TORCH_CHECK(ckv.size(2) == dsa::kCkvDim, "dsa.sparse_mla_forward: ckv_cache must be [num_pages, page_size, 512], got ",
-              shape(ckv.sizes()));
-  TORCH_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1) && kpe.size(2) == dsa::kKpeDim,
-              "dsa.sparse_mla_forward: kpe_cache must be [num_pages, page_size, 64] matching ckv_cache, got ",
-              shape(kpe.sizes()));
-  // Flat row r = page * page_size + offset must address row r: pages laid out back to back.
-  TORCH_CHECK(ckv.size(1) <= 1 || ckv.size(0) <= 1 || ckv.stride(0) == ckv.size(1) * ckv.stride(1),
-              "dsa.sparse_mla_forward: ckv_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
-  TORCH_CHECK(kpe.size(1) <= 1 || kpe.size(0) <= 1 || kpe.stride(0) == kpe.size(1) * kpe.stride(1),
-              "dsa.sparse_mla_forward: kpe_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
+  if (!fp8) {
+    TORCH_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1) && kpe.size(2) == dsa::kKpeDim,
+                "dsa.sparse_mla_forward: kpe_cache must be [num_pages, page_size, 64] matching ckv_cache, got ",
+                shape(kpe.sizes()));
+    TORCH_CHECK(kpe.size(1) <= 1 || kpe.size(0) <= 1 || kpe.stride(0) == kpe.size(1) * kpe.stride(1),
+                "dsa.sparse_mla_forward: kpe_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
+  }
   TORCH_CHECK(idx.size(0) == T, "dsa.sparse_mla_forward: sparse_indices must be [T, topk] with T = ", num(T), ", got ",
               shape(idx.sizes()));
   TORCH_CHECK(out.size(0) == T && out.size(1) == H && out.size(2) == dsa::kCkvDim,
@@ -93,10 +112,13 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   p.q_pe = q_pe.data_ptr();
   p.q_pe_token_stride = stride(q_pe, 0);
   p.q_pe_head_stride = stride(q_pe, 1);
+  p.kv_format = fp8 ? dsa::KvCacheFormat::fp8_ds_mla : dsa::KvCacheFormat::bf16;
   p.ckv_cache = ckv.data_ptr();
-  p.ckv_row_stride = stride(ckv, 1) ? stride(ckv, 1) : stride(ckv, 0);
-  p.kpe_cache = kpe.data_ptr();
-  p.kpe_row_stride = stride(kpe, 1) ? stride(kpe, 1) : stride(kpe, 0);
+  p.ckv_row_stride = stride(ckv, 1) ? stride(ckv, 1) : stride(ckv, 0);  // fp8: one-byte elements, so bytes
+  if (!fp8) {
+    p.kpe_cache = kpe.data_ptr();
+    p.kpe_row_stride = stride(kpe, 1) ? stride(kpe, 1) : stride(kpe, 0);
+  }
   p.indices = idx.data_ptr<int32_t>();
   p.indices_token_stride = stride(idx, 0);
   p.out = out.data_ptr();
@@ -122,7 +144,7 @@ dsa::SparseMlaPlan balanced_plan(int64_t T, int64_t H, int64_t topk, const at::D
 // from any layer's indices: a uint8 tensor on the indices' device.
 at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_heads) {
   check_input(idx, "sparse_indices", at::kInt, 2, idx.device());
-  check_input(ckv, "ckv_cache", at::kBFloat16, 3, idx.device());
+  check_cache(ckv, idx.device());
   const c10::cuda::CUDAGuard guard(idx.device());
   at::Tensor sched;
   try {
@@ -144,7 +166,7 @@ at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_he
   return sched;
 }
 
-void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const at::Tensor& kpe,
+void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const c10::optional<at::Tensor>& kpe,
                  const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse, c10::string_view index_sharing,
                  const c10::optional<at::Tensor>& sched) {
   dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);  // checks first
@@ -169,7 +191,7 @@ void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Ten
 }
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
-                                           const at::Tensor& kpe, const at::Tensor& idx, double sm_scale,
+                                           const c10::optional<at::Tensor>& kpe, const at::Tensor& idx, double sm_scale,
                                            c10::string_view index_sharing, const c10::optional<at::Tensor>& sched) {
   TORCH_CHECK(q_nope.dim() == 3, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
   at::Tensor out = at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16));
@@ -180,13 +202,13 @@ std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::T
 
 // Shapes only, for tracing (torch.compile, fake tensors).
 std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& q_nope, const at::Tensor&, const at::Tensor&,
-                                                const at::Tensor&, const at::Tensor&, double, c10::string_view,
+                                                const c10::optional<at::Tensor>&, const at::Tensor&, double, c10::string_view,
                                                 const c10::optional<at::Tensor>&) {
   return {at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16)),
           at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat))};
 }
 
-void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&,
                       double, at::Tensor&, at::Tensor&, c10::string_view, const c10::optional<at::Tensor>&) {}
 
 // The schedule's size needs the plan, so the device's SM count: the tracing device's (the CUDA
@@ -202,9 +224,10 @@ at::Tensor schedule_meta(const at::Tensor& idx, const at::Tensor&, int64_t num_h
 TORCH_LIBRARY(dsa, m) {
   // index_sharing: the planner's hint (dsa::IndexSharing): "unknown", "consecutive" or "none".
   // schedule: a balanced plan's (dsa::SparseMlaPlan::balanced), from sparse_mla_schedule.
-  m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, Tensor sparse_indices, "
+  // kpe_cache: None with an fp8_ds_mla ckv_cache (uint8 / float8_e4m3fn rows of 656 bytes).
+  m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor? kpe_cache, Tensor sparse_indices, "
         "float sm_scale, str index_sharing=\"unknown\", Tensor? schedule=None) -> (Tensor, Tensor)");
-  m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor kpe_cache, "
+  m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor? kpe_cache, "
         "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse, str index_sharing=\"unknown\", "
         "Tensor? schedule=None) -> ()");
   m.def("sparse_mla_schedule(Tensor sparse_indices, Tensor ckv_cache, int num_heads) -> Tensor");

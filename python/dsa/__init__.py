@@ -9,7 +9,9 @@ torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, num_heads) -> sched
                                        a balanced forward's schedule, once per decode step
 
 Shapes: q_nope [T, H, 512] bf16, q_pe [T, H, 64] bf16, ckv_cache [pages, page_size, 512] bf16,
-kpe_cache [pages, page_size, 64] bf16, sparse_indices [T, topk] int32 (flat rows
+kpe_cache [pages, page_size, 64] bf16, or an FP8 cache in DeepSeek-V3.2's layout (fp8_ds_mla):
+ckv_cache [pages, page_size, 656] uint8 or float8_e4m3fn (512 e4m3 values, 4 fp32 scales per 128
+dims, 64 bf16 rope values per row) and kpe_cache None; sparse_indices [T, topk] int32 (flat rows
 page * page_size + offset, -1 = padding); out [T, H, 512] bf16, lse [T, H] fp32 (base 2).
 index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
 prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch,

@@ -229,3 +229,58 @@ def test_balanced_schedule_errors_are_clear():
         dsa.sparse_mla_schedule(args[4].cpu(), args[2], 16)
     with pytest.raises(RuntimeError, match="num_tokens <= 1024"):
         dsa.sparse_mla_schedule(torch.zeros(1025, 64, dtype=torch.int32, device=DEV), args[2], 16)
+
+
+def to_fp8_ds_mla(ckv, kpe, dtype=torch.uint8):
+    """DeepSeek-V3.2's FP8 cache from bf16 ckv / kpe: each 128-dim block of a row scaled by its
+    absolute maximum / 448, as e4m3; rows of 512 e4m3 bytes, 4 fp32 scales and 64 bf16 kpe values.
+    Returns the [pages, page_size, 656] cache (uint8 or float8_e4m3fn) and its dequantized ckv."""
+    pages, page_size = ckv.shape[:2]
+    blocks = ckv.float().reshape(pages, page_size, 4, 128)
+    scale = blocks.abs().amax(-1, keepdim=True) / 448.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    e4m3 = (blocks / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    dequantized = (e4m3.float() * scale).reshape(pages, page_size, 512)
+    rows = torch.cat([e4m3.reshape(pages, page_size, 512).view(torch.uint8),
+                      scale.reshape(pages, page_size, 4).contiguous().view(torch.uint8),
+                      kpe.contiguous().view(torch.uint8)], -1)
+    assert rows.shape[-1] == 656
+    return rows.view(dtype), dequantized
+
+
+@pytest.mark.parametrize("H", [16, 64])
+@pytest.mark.parametrize("pattern", ["random", "middle", "duplicates", "single"])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float8_e4m3fn])
+def test_fp8_cache_matches_the_reference_of_its_values(H, pattern, dtype):
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=3, H=H, pattern=pattern, seed=H + len(pattern))
+    cache, dequantized = to_fp8_ds_mla(ckv, kpe, dtype)
+    ref = reference(q_nope, q_pe, dequantized, kpe, idx, SM_SCALE)
+    check(dsa.sparse_mla_forward(q_nope, q_pe, cache, None, idx, SM_SCALE), ref)
+    out = torch.full((3, H, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    check(dsa.sparse_mla_forward(q_nope, q_pe, cache, None, idx, SM_SCALE, out=out), ref)
+
+
+def test_fp8_cache_with_a_balanced_schedule_and_in_a_cuda_graph():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=9, H=16, pattern="run", seed=71)
+    cache, dequantized = to_fp8_ds_mla(ckv, kpe)
+    ref = reference(q_nope, q_pe, dequantized, kpe, idx, SM_SCALE)
+    check(dsa.sparse_mla_forward(q_nope, q_pe, cache, None, idx, SM_SCALE, schedule=dsa.sparse_mla_schedule(idx, cache, 16)), ref)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = dsa.sparse_mla_forward(q_nope, q_pe, cache, None, idx, SM_SCALE)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check((out, lse), ref)
+
+
+def test_fp8_cache_errors_are_clear():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=2, seed=72)
+    cache, _ = to_fp8_ds_mla(ckv, kpe)
+    with pytest.raises(RuntimeError, match="kpe_cache must be None with an fp8_ds_mla ckv_cache"):
+        dsa.sparse_mla_forward(q_nope, q_pe, cache, kpe, idx, SM_SCALE)
+    with pytest.raises(RuntimeError, match="kpe_cache is required with a bf16 ckv_cache"):
+        dsa.sparse_mla_forward(q_nope, q_pe, ckv, None, idx, SM_SCALE)
+    with pytest.raises(RuntimeError, match="656"):
+        dsa.sparse_mla_forward(q_nope, q_pe, cache[..., :640], None, idx, SM_SCALE)
