@@ -90,16 +90,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// Two fp8 e4m3 (low byte first) as two bf16, exactly. cvt.rn.f16x2.e4m3x2 gives f16 normals (or
-// zeros); an f16's exponent and mantissa bits moved into bf16 position read as its value x
-// 2^-112 (still a bf16 normal), and one bf16x2 multiply by 2^112 restores it.
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2(uint16_t pair) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-  const uint32_t f = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-  const uint32_t scaled = ((f & 0x7fff7fffu) >> 3) | (f & 0x80008000u);
-  uint32_t out;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(out) : "r"(scaled), "r"(0x77807780u));  // 2^112 twice
-  return out;
+// Two fp8 e4m3 (the low 16 bits, low byte first) as f16x2, exactly: every e4m3 value is an f16
+// normal or zero (cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
 // Programmatic dependent launch: let the next kernel in the stream start its prologue now.

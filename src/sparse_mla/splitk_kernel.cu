@@ -71,6 +71,11 @@
 //                302-303): T=1 random 9.8 vs 9.5, T=16 24.8 vs 29.7, T=64 61.7 vs 69.7, T=256 196.5
 //                vs 159.1, T=1024 754-759 vs 610: the conversion pass (~140 us at T=1024) binds
 //                from T=256. Raw stages + one bf16 tile (two tiles in flight): 1-2 % slower.
+//   v15          fp8 without the pass: fragments read the e4m3 bytes (ldmatrix, ldmatrix.trans + prmt)
+//                and convert in registers, f16 MMAs (Q's block f16 x 2^-shift, P scaled per key by
+//                scale / the tile's largest). Run 305, A/B twice: T=1024 754 -> 648 (bf16 603-605),
+//                T=256 195-197 -> 166-168 (159), T=64 62 -> 57 (70), T=16 24.8 -> 23.7 (29.9), T=8
+//                runs 15.2 -> 13.7 (13.6-14.2), T=1 random 9.8 -> 9.4 (9.5), runs T=1024 473 -> 412 (475).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -175,50 +180,31 @@ struct TileShape {
 };
 
 // ---- fp8_ds_mla rows (KvCacheFormat::fp8_ds_mla) ----------------------------------------------
-// The kernels keep the e4m3 values exact and apply the scales in fp32 outside the MMAs: warp w's
-// partial S covers ckv block w (dims [128 w, 128 w + 128), one scale per key) plus kpe dims
-// [16 w, 16 w + 16), so it scales its block's sum per key before adding the kpe step; and it
-// computes O over the same block, so it scales its copy of P per key. Rounding the dequantized
-// values to bf16 instead cost up to 0.0135 in lse on one-row lists (the limit is 0.01).
-
-// 8 e4m3 values as 8 bf16, exactly.
-__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(uint2 e) {
-  return make_uint4(ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.x)), ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.x >> 16)),
-                    ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.y)), ptx::e4m3x2_to_bf16x2(static_cast<uint16_t>(e.y >> 16)));
-}
-
-// Where a gathered fp8_ds_mla row lands in its padded bf16 row slot, so that it converts in place:
-// the e4m3 values in the upper half of the ckv part, the kpe part (bf16 already) where the bf16
-// row keeps it, the 4 scales in the 16 bytes of padding (where the math reads them).
+// A gathered fp8 row stays as it came: its e4m3 values in the upper half of the ckv part of its
+// padded row slot, its kpe part (bf16) where a bf16 row keeps it, its 4 scales in the padding. The
+// MMAs read the e4m3 values straight from there and convert each fragment in registers (one cvt
+// per pair, to f16), on f16 MMAs; the scales stay in fp32 outside them:
+// - S: warp w's Q dims are ckv block w (dims [128 w, 128 w + 128), one scale per key) and then kpe
+//   dims [16 w, 16 w + 16). A B fragment is one ldmatrix row of 4 e4m3 bytes (dims 4c .. 4c + 3 of
+//   a 16-dim step for thread c = lane % 4), which the A fragment matches by taking the same dims
+//   (k order permuted, which a dot product ignores). Q's block is f16 scaled by a power of two
+//   (its largest element to [2^14, 2^15)); the partial S is multiplied by 2^shift x each key's
+//   scale, then the kpe step (bf16) adds to it.
+// - P V over block w: V comes by ldmatrix.trans of the e4m3 bytes (a thread gets two keys x two
+//   adjacent dims, one prmt splits them by dim), so O's n8 tiles hold even and odd dims of each
+//   16-dim chunk; P is f16, multiplied per key by scale / m, m the tile's largest scale of the
+//   block, and O is kept in units of the latest m (rescaled with alpha).
+// Run 297 dequantized each value to bf16 (e4m3 x scale, rounded) and ran the bf16 math: one-row
+// lists missed the lse tolerance (0.0135 against 0.01). Runs 298-303 converted each tile to exact
+// bf16 in shared memory first (a pass of loads, stores and a barrier): T = 1024 754 us (bf16 610).
 constexpr int kFp8SlotValues = kCkvDim;           // bytes [512, 1024)
 constexpr int kFp8SlotScales = kQkDim * 2;        // bytes [1152, 1168)
 static_assert(kFp8SlotScales + 16 <= kRowBytes, "the scales fit the row's padding");
 static_assert(kFp8ScaleDims * kWarps == kCkvDim, "a scale block per warp");
 
-// Every row of a landed fp8 tile to bf16 ckv, warp w taking rows w, w + 4, ...: lane l writes
-// dims [8l, 8l + 8) and [256 + 8l, 256 + 8l + 8) (a warp's stores are 512 contiguous bytes each,
-// and so are its loads). Rows past the tile's count hold zeros (load_tile's zero fill) and give
-// zeros. A row's values and its result overlap, so every lane reads the row before any writes.
-// (Measured, run 300: converting from separate raw stages into one bf16 tile, so that two raw
-// tiles stay in flight during the math, was 2 % slower at T = 1024.)
-template <int BK>
-__device__ __forceinline__ void convert_tile_to_bf16(uint8_t* tile) {
-  constexpr int kRowsPerWarp = BK / kWarps;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  uint2 lo[kRowsPerWarp], hi[kRowsPerWarp];
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const uint8_t* row = tile + (warp + i * kWarps) * kRowBytes;
-    lo[i] = reinterpret_cast<const uint2*>(row + kFp8SlotValues)[lane];
-    hi[i] = reinterpret_cast<const uint2*>(row + kFp8SlotValues + kCkvDim / 2)[lane];
-  }
-  __syncwarp();
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    uint4* row = reinterpret_cast<uint4*>(tile + (warp + i * kWarps) * kRowBytes);
-    row[lane] = e4m3x8_to_bf16x8(lo[i]);
-    row[32 + lane] = e4m3x8_to_bf16x8(hi[i]);
-  }
+// 4 e4m3 bytes as two f16x2: bytes 0-1 and bytes 2-3.
+__device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t x) {
+  return make_uint2(ptx::e4m3x2_to_f16x2(x), ptx::e4m3x2_to_f16x2(x >> 16));
 }
 
 // Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
@@ -417,10 +403,9 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
 }
 
 // A lean row's part for lane l as three 16-byte bf16 vectors: ckv dims [8l, 8l + 8) and
-// [256 + 8l, 256 + 8l + 8), and (l < 8) kpe dims [8l, 8l + 8), else zeros; with fp8_ds_mla the
-// ckv values exact in bf16 and their two scales in `scale` (unset for bf16). The fp8 bytes are loaded
-// first and converted by lean_row_to_bf16 once they are needed, so that the loads stay in flight
-// together.
+// [256 + 8l, 256 + 8l + 8), and (l < 8) kpe dims [8l, 8l + 8), else zeros; with fp8_ds_mla v[0]
+// holds the 16 e4m3 bytes of those ckv dims and `scale` their two scales (unset for bf16), which
+// lean_ckv_to_float turns into floats once they are needed.
 template <bool kFp8>
 __device__ __forceinline__ void load_lean_row(const SparseMlaParams& p, int64_t row, uint4 (&v)[3], float (&scale)[2]) {
   const int lane = threadIdx.x % 32;
@@ -441,22 +426,22 @@ __device__ __forceinline__ void load_lean_row(const SparseMlaParams& p, int64_t 
     if (lane < kKpeDim * 2 / 16) v[2] = __ldg(reinterpret_cast<const uint4*>(p.kpe + row * p.kpe_row_stride) + lane);
   }
 }
-template <bool kFp8>
-__device__ __forceinline__ void lean_row_to_bf16(uint4 (&v)[3]) {
-  if constexpr (kFp8) {
-    const uint4 e = v[0];
-    v[0] = e4m3x8_to_bf16x8(make_uint2(e.x, e.y));
-    v[1] = e4m3x8_to_bf16x8(make_uint2(e.z, e.w));
-  }
-}
-// Lean ckv values as floats, scaled (fp8_ds_mla): the two 8-dim vectors of load_lean_row.
+// Lean ckv values as floats: the two 8-dim vectors of load_lean_row (fp8_ds_mla: its e4m3 bytes
+// times their scales, in fp32).
 template <bool kFp8>
 __device__ __forceinline__ void lean_ckv_to_float(const uint4 (&v)[3], const float (&scale)[2], float* f) {
-  bf16x8_to_float(v[0], f);
-  bf16x8_to_float(v[1], f + 8);
   if constexpr (kFp8) {
+    const uint32_t w[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
 #pragma unroll
-    for (int i = 0; i < 16; ++i) f[i] *= scale[i / 8];
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t h = ptx::e4m3x2_to_f16x2(w[i / 2] >> (16 * (i % 2)));
+      const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      f[2 * i] = x.x * scale[i / 4];
+      f[2 * i + 1] = x.y * scale[i / 4];
+    }
+  } else {
+    bf16x8_to_float(v[0], f);
+    bf16x8_to_float(v[1], f + 8);
   }
 }
 
@@ -478,8 +463,6 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
   ptx::cp_async_wait<0>();
   __syncthreads();  // Q staged by every thread's copies
   mark(3);
-#pragma unroll
-  for (int r = 0; r < N; ++r) lean_row_to_bf16<kFp8>(raw[r]);
   float s[kLeanHeads][kN];
   if constexpr (N > 0) {
     float q[kLeanHeads][kLeanDims];
@@ -765,8 +748,39 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     const uint32_t base = ptx::smem_addr(s_scratch);
 #pragma unroll
     for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
+      if (kFp8 && kk < kFp8ScaleDims / 16) continue;  // below, as f16
       const int dim = qk_dim(kk) + (lane / 16) * 8;
       ptx::ldmatrix_x4(q_frag[kk], base + (lane % 16) * kRowBytes + dim * 2);
+    }
+  }
+  // fp8: Q's block w as f16 x 2^-q_shift, A fragments in the permuted k order of the e4m3 B
+  // fragments: thread (g, c) takes dims 4c .. 4c + 3 of each 16-dim step, rows g and g + 8.
+  float s_unshift = 1.f;  // 2^q_shift, which S's block partial is multiplied by
+  if constexpr (kFp8) {
+    const int g = lane / 4, c = lane % 4;
+    float q[kFp8ScaleDims / 16][2][4];
+    float amax = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kFp8ScaleDims / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint2 v = *reinterpret_cast<const uint2*>(s_scratch + (g + 8 * r) * kRowBytes + (qk_dim(kk) + 4 * c) * 2);
+        q[kk][r][0] = __uint_as_float(v.x << 16), q[kk][r][1] = __uint_as_float(v.x & 0xffff0000u);
+        q[kk][r][2] = __uint_as_float(v.y << 16), q[kk][r][3] = __uint_as_float(v.y & 0xffff0000u);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(q[kk][r][i]));
+      }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const int q_shift = amax > 0.f ? ilogbf(amax) - 14 : 0;  // amax x 2^-q_shift in [2^14, 2^15)
+    const float down = ldexpf(1.f, -q_shift);
+    s_unshift = ldexpf(1.f, q_shift);
+#pragma unroll
+    for (int kk = 0; kk < kFp8ScaleDims / 16; ++kk) {
+      q_frag[kk][0] = ptx::pack_f16x2(q[kk][0][0] * down, q[kk][0][1] * down);  // row g, logical k 2c, 2c + 1
+      q_frag[kk][1] = ptx::pack_f16x2(q[kk][1][0] * down, q[kk][1][1] * down);  // row g + 8
+      q_frag[kk][2] = ptx::pack_f16x2(q[kk][0][2] * down, q[kk][0][3] * down);  // row g, logical k 2c + 8, 2c + 9
+      q_frag[kk][3] = ptx::pack_f16x2(q[kk][1][2] * down, q[kk][1][3] * down);
     }
   }
   mark(3);
@@ -775,6 +789,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
   for (int j = 0; j < kDimsPerWarpV / 8; ++j) o_acc[j][0] = o_acc[j][1] = o_acc[j][2] = o_acc[j][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY};  // rows g and g+8 (g = lane / 4), base-2 logits
+  float o_unit = 0.f;  // fp8: o_acc holds O / o_unit, the latest tile's largest scale of this warp's block
   float l_run[2] = {0.f, 0.f};              // this thread's part of the row sums
 
   // Lane -> row/col offsets of the ldmatrix addresses.
@@ -793,10 +808,6 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       ptx::cp_async_commit();
     }
     uint8_t* const tile_bytes = s_tiles + (it % STAGES) * Shape::kTileBytes;
-    if constexpr (kFp8) {
-      convert_tile_to_bf16<BK>(tile_bytes);
-      __syncthreads();  // the whole tile in bf16
-    }
     const uint32_t tile = ptx::smem_addr(tile_bytes);
     if (it == 0) mark(4);
     if constexpr (kStage == kStageLoad) continue;
@@ -809,6 +820,30 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     float key_scale[kFp8 ? kNTiles : 1][2];
 #pragma unroll
     for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
+      if constexpr (kFp8) {
+        if (kk < kFp8ScaleDims / 16) {  // e4m3 block w: lane l reads key l's 16 bytes (4 n8 tiles of 8 keys)
+          static_assert(!kFp8 || BK == 32, "fp8: one ldmatrix_x4 covers the tile's 32 keys");
+          uint32_t e[4];
+          ptx::ldmatrix_x4(e, tile + lane * kRowBytes + kFp8SlotValues + qk_dim(kk));
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            const uint2 b = e4m3x4_to_f16x4(e[j]);
+            ptx::mma_f16_16816(s_acc[j], q_frag[kk], b.x, b.y);
+          }
+          if (kk == kFp8ScaleDims / 16 - 1) {  // the block's sum times 2^q_shift x its scale, before the kpe step
+            const uint8_t* scales = tile_bytes + kFp8SlotScales + warp * 4;
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                key_scale[j][c] = *reinterpret_cast<const float*>(scales + (j * 8 + quad_col + c) * kRowBytes);
+                s_acc[j][c] *= key_scale[j][c] * s_unshift;
+                s_acc[j][c + 2] *= key_scale[j][c] * s_unshift;
+              }
+          }
+          continue;
+        }
+      }
       const int dim = qk_dim(kk) + k_dim;
 #pragma unroll
       for (int nb = 0; nb < BK / 16; ++nb) {
@@ -816,19 +851,6 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         ptx::ldmatrix_x4(b, tile + (nb * 16 + k_key) * kRowBytes + dim * 2);
         ptx::mma_bf16_16816(s_acc[2 * nb], q_frag[kk], b[0], b[1]);
         ptx::mma_bf16_16816(s_acc[2 * nb + 1], q_frag[kk], b[2], b[3]);
-      }
-      if constexpr (kFp8) {
-        if (kk == kFp8ScaleDims / 16 - 1) {  // the block's sum times its scale, before the kpe step
-          const uint8_t* scales = tile_bytes + kFp8SlotScales + warp * 4;
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              key_scale[j][c] = *reinterpret_cast<const float*>(scales + (j * 8 + quad_col + c) * kRowBytes);
-              s_acc[j][c] *= key_scale[j][c];
-              s_acc[j][c + 2] *= key_scale[j][c];
-            }
-        }
       }
     }
 #pragma unroll
@@ -881,6 +903,22 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       m_run[r] = m_new;
       l_run[r] *= alpha[r];
     }
+    // fp8: P is multiplied per key by its block scale / the tile's largest (m_tile, so P stays in
+    // [0, 1] for f16), and O moves to units of m_tile.
+    float p_scale[kFp8 ? kNTiles : 1][2], o_ratio = 1.f;
+    if constexpr (kFp8) {
+      float m_tile = 0.f;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) m_tile = fmaxf(m_tile, fmaxf(fabsf(key_scale[j][0]), fabsf(key_scale[j][1])));
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));  // the quad's lanes hold the tile's 32 keys
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+      if (m_tile == 0.f) m_tile = 1.f;  // every scale 0 (padding): P x 0 either way
+      const float inv = 1.f / m_tile;
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) p_scale[j][0] = key_scale[j][0] * inv, p_scale[j][1] = key_scale[j][1] * inv;
+      o_ratio = o_unit * inv;  // 0 on the first tile, where O is 0
+      o_unit = m_tile;
+    }
     uint32_t p_frag[BK / 16][4];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
@@ -890,17 +928,17 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       const float p3 = ptx::exp2_approx(s_acc[j][3] - m_run[1]);
       l_run[0] += p0 + p1;
       l_run[1] += p2 + p3;
-      // C fragment of n-tile j -> half of the A fragment of k-step j/2 (fp8: times the keys'
-      // scales of this warp's block, the V columns it multiplies).
+      // C fragment of n-tile j -> half of the A fragment of k-step j/2.
       if constexpr (kFp8) {
-        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0 * key_scale[j][0], p1 * key_scale[j][1]);
-        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2 * key_scale[j][0], p3 * key_scale[j][1]);
+        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_f16x2(p0 * p_scale[j][0], p1 * p_scale[j][1]);
+        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_f16x2(p2 * p_scale[j][0], p3 * p_scale[j][1]);
       } else {
         p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
         p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
       }
     }
     if constexpr (kStage == kStageSoftmax) continue;
+    if constexpr (kFp8) alpha[0] *= o_ratio, alpha[1] *= o_ratio;
 #pragma unroll
     for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
       o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
@@ -908,6 +946,30 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     }
 
     // 5. O[:, this warp's 128 dims] += P V.
+    if constexpr (kFp8) {
+      // ldmatrix.trans of e4m3 bytes: matrix (keys 8i .. 8i + 7 of the k-step, 16 dims) gives a thread
+      // keys 2c, 2c + 1 at dims 2g, 2g + 1 of the chunk; prmt pairs the keys per dim. o_acc[2 D] holds
+      // chunk D's even dims (n = g is dim 16 D + 2 g), o_acc[2 D + 1] its odd dims.
+#pragma unroll
+      for (int ks = 0; ks < BK / 16; ++ks) {
+#pragma unroll
+        for (int nd = 0; nd < kDimsPerWarpV / 32; ++nd) {
+          uint32_t e[4];
+          ptx::ldmatrix_x4_trans(e, tile + (ks * 16 + v_key) * kRowBytes + kFp8SlotValues + warp * kDimsPerWarpV + nd * 32 +
+                                        (lane >> 4) * 16);
+          uint2 v[4];  // .x: keys 2c, 2c + 1 at the even dim, .y: at the odd dim
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v[i] = e4m3x4_to_f16x4(__byte_perm(e[i], 0u, 0x3120));
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {  // chunks 2 nd and 2 nd + 1: matrices (0, 1) and (2, 3)
+            const int chunk = 2 * nd + half;
+            ptx::mma_f16_16816(o_acc[2 * chunk], p_frag[ks], v[2 * half].x, v[2 * half + 1].x);
+            ptx::mma_f16_16816(o_acc[2 * chunk + 1], p_frag[ks], v[2 * half].y, v[2 * half + 1].y);
+          }
+        }
+      }
+      continue;
+    }
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
 #pragma unroll
@@ -934,8 +996,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
     const bool any = l_run[r] > 0.f;
     inv_l[r] = any ? ptx::rcp_approx(l_run[r]) : 0.f;
+    if constexpr (kFp8) inv_l[r] *= o_unit;  // O from units of the last tile's largest scale
     lse[r] = any ? m_run[r] + ptx::lg2_approx(l_run[r]) : -INFINITY;
   }
+  // fp8: row g + 8 r's 4 adjacent dims 16 D + 4 c .. + 3 of chunk D (c = lane % 4), normalised:
+  // even dims from o_acc[2 D], odd from o_acc[2 D + 1].
+  const auto fp8_dims4 = [&](int chunk, int r) {
+    return make_float4(o_acc[2 * chunk][2 * r] * inv_l[r], o_acc[2 * chunk + 1][2 * r] * inv_l[r],
+                       o_acc[2 * chunk][2 * r + 1] * inv_l[r], o_acc[2 * chunk + 1][2 * r + 1] * inv_l[r]);
+  };
   const int g = lane / 4;
   // The partial slot of head h0 + i: [T, H, splits], or balanced [split slot, H].
   const auto partial_slot = [&](int i) {
@@ -948,6 +1017,12 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // rows g and g + 8
         float* dst = p.partial_out + partial_slot(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV + quad_col;
+        if constexpr (kFp8) {  // dims 16 D + 4 c: a quad's 4 x 16 bytes are two whole sectors
+#pragma unroll
+          for (int chunk = 0; chunk < kDimsPerWarpV / 16; ++chunk)
+            *reinterpret_cast<float4*>(dst - quad_col + chunk * 16 + 4 * (lane % 4)) = fp8_dims4(chunk, r);
+          continue;
+        }
 #pragma unroll
         for (int j = 0; j < kDimsPerWarpV / 8; ++j)
           *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
@@ -963,8 +1038,18 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     // l % 8 (+8 for l / 8 odd) of matrix l / 8.
     const int row = (lane & 7) + ((lane >> 3) & 1) * 8, col = warp * kDimsPerWarpV + (lane >> 4) * 8;
     const uint32_t base = ptx::smem_addr(s_tiles) + (row * kStagedStrideBf16 + col) * 2;
+    if constexpr (kFp8) {  // 4 adjacent dims per row and chunk: 8-byte stores
 #pragma unroll
-    for (int j = 0; j < kDimsPerWarpV / 8; j += 2)
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int chunk = 0; chunk < kDimsPerWarpV / 16; ++chunk) {
+          const float4 o = fp8_dims4(chunk, r);
+          *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(s_tiles) + (g + 8 * r) * kStagedStrideBf16 + warp * kDimsPerWarpV +
+                                    chunk * 16 + 4 * (lane % 4)) = make_uint2(ptx::pack_bf16x2(o.x, o.y), ptx::pack_bf16x2(o.z, o.w));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < (kFp8 ? 0 : kDimsPerWarpV / 8); j += 2)
       ptx::stmatrix_x4(base + j * 16, ptx::pack_bf16x2(o_acc[j][0] * inv_l[0], o_acc[j][1] * inv_l[0]),
                        ptx::pack_bf16x2(o_acc[j][2] * inv_l[1], o_acc[j][3] * inv_l[1]),
                        ptx::pack_bf16x2(o_acc[j + 1][0] * inv_l[0], o_acc[j + 1][1] * inv_l[0]),
