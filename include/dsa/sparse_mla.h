@@ -41,8 +41,9 @@ enum class KvCacheFormat {
   fp8_ds_mla,  // DeepSeek-V3.2's FP8 cache (FlashMLA's, vLLM's fp8_ds_mla): ckv_cache holds rows of
                // kFp8RowBytes = 656 bytes: 512 fp8 e4m3 ckv values, 4 fp32 scales (scale j for
                // dims [128 j, 128 j + 128)), 64 bf16 kpe values; ckv[d] = e4m3[d] * scale[d / 128].
-               // kpe_cache is null (the kpe part is in the row). The kernels dequantize each
-               // gathered row to bf16 and run the bf16 math; split_k only (SparseMlaKernel).
+               // kpe_cache is null (the kpe part is in the row). The split_k kernel reads the
+               // e4m3 values exactly and applies the scales in fp32 (docs/design.md, "FP8 KV
+               // cache"); split_k only (SparseMlaKernel).
 };
 inline constexpr int kFp8RowBytes = 656;        // one fp8_ds_mla row
 inline constexpr int kFp8ScaleDims = 128;       // ckv dims per fp32 scale
