@@ -211,7 +211,7 @@ __device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t x) {
 // take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
 // masked keys multiply finite zeros. L2 fetches whole 128-byte lines for them (-1 % at T >= 64).
 // kFp8: fp8_ds_mla rows of 656 bytes, 41 chunks: lanes take e4m3 chunk l, lanes 0-7 the kpe
-// chunk, lane 8 the scales, into the slot layout convert_tile_to_bf16 reads (kFp8SlotValues).
+// chunk, lane 8 the scales, into the slot layout the fp8 MMAs read (kFp8SlotValues).
 template <int BK, bool kFp8>
 __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -999,8 +999,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if constexpr (kFp8) inv_l[r] *= o_unit;  // O from units of the last tile's largest scale
     lse[r] = any ? m_run[r] + ptx::lg2_approx(l_run[r]) : -INFINITY;
   }
-  // fp8: row g + 8 r's 4 adjacent dims 16 D + 4 c .. + 3 of chunk D (c = lane % 4), normalised:
-  // even dims from o_acc[2 D], odd from o_acc[2 D + 1].
+  // fp8: row g + 8 r's 4 adjacent dims 16 D + 2 quad_col .. + 3 of chunk D, normalised: even dims
+  // from o_acc[2 D], odd from o_acc[2 D + 1].
   const auto fp8_dims4 = [&](int chunk, int r) {
     return make_float4(o_acc[2 * chunk][2 * r] * inv_l[r], o_acc[2 * chunk + 1][2 * r] * inv_l[r],
                        o_acc[2 * chunk][2 * r + 1] * inv_l[r], o_acc[2 * chunk + 1][2 * r + 1] * inv_l[r]);
@@ -1017,15 +1017,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // rows g and g + 8
         float* dst = p.partial_out + partial_slot(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV + quad_col;
-        if constexpr (kFp8) {  // dims 16 D + 4 c: a quad's 4 x 16 bytes are two whole sectors
+        if constexpr (kFp8) {  // dims 16 D + 2 quad_col: a quad's 4 x 16 bytes are two whole sectors
 #pragma unroll
           for (int chunk = 0; chunk < kDimsPerWarpV / 16; ++chunk)
-            *reinterpret_cast<float4*>(dst - quad_col + chunk * 16 + 4 * (lane % 4)) = fp8_dims4(chunk, r);
-          continue;
-        }
+            *reinterpret_cast<float4*>(dst + quad_col + chunk * 16) = fp8_dims4(chunk, r);
+        } else {
 #pragma unroll
-        for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-          *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+          for (int j = 0; j < kDimsPerWarpV / 8; ++j)
+            *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+        }
       }
     }
     if (lane % 4 == 0 && warp == 0) {
@@ -1045,15 +1045,16 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         for (int chunk = 0; chunk < kDimsPerWarpV / 16; ++chunk) {
           const float4 o = fp8_dims4(chunk, r);
           *reinterpret_cast<uint2*>(reinterpret_cast<uint16_t*>(s_tiles) + (g + 8 * r) * kStagedStrideBf16 + warp * kDimsPerWarpV +
-                                    chunk * 16 + 4 * (lane % 4)) = make_uint2(ptx::pack_bf16x2(o.x, o.y), ptx::pack_bf16x2(o.z, o.w));
+                                    chunk * 16 + 2 * quad_col) = make_uint2(ptx::pack_bf16x2(o.x, o.y), ptx::pack_bf16x2(o.z, o.w));
         }
-    }
+    } else {
 #pragma unroll
-    for (int j = 0; j < (kFp8 ? 0 : kDimsPerWarpV / 8); j += 2)
-      ptx::stmatrix_x4(base + j * 16, ptx::pack_bf16x2(o_acc[j][0] * inv_l[0], o_acc[j][1] * inv_l[0]),
-                       ptx::pack_bf16x2(o_acc[j][2] * inv_l[1], o_acc[j][3] * inv_l[1]),
-                       ptx::pack_bf16x2(o_acc[j + 1][0] * inv_l[0], o_acc[j + 1][1] * inv_l[0]),
-                       ptx::pack_bf16x2(o_acc[j + 1][2] * inv_l[1], o_acc[j + 1][3] * inv_l[1]));
+      for (int j = 0; j < kDimsPerWarpV / 8; j += 2)
+        ptx::stmatrix_x4(base + j * 16, ptx::pack_bf16x2(o_acc[j][0] * inv_l[0], o_acc[j][1] * inv_l[0]),
+                         ptx::pack_bf16x2(o_acc[j][2] * inv_l[1], o_acc[j][3] * inv_l[1]),
+                         ptx::pack_bf16x2(o_acc[j + 1][0] * inv_l[0], o_acc[j + 1][1] * inv_l[0]),
+                         ptx::pack_bf16x2(o_acc[j + 1][2] * inv_l[1], o_acc[j + 1][3] * inv_l[1]));
+    }
     if (warp == 0 && lane % 4 == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) p.lse[t * p.lse_token_stride + h0 + g + 8 * r] = lse[r];

@@ -158,6 +158,11 @@ struct SweepCase {
 
 class Sweep : public GpuWithParam<SweepCase> {};
 
+std::string sweep_case_name(const ::testing::TestParamInfo<SweepCase>& info) {
+  return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
+         workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
+}
+
 TEST_P(Sweep, MatchesReference) {
   const SweepCase c = GetParam();
   const HostProblem hp = make_problem(3, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
@@ -184,10 +189,7 @@ std::vector<SweepCase> sweep_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Sweep, ::testing::ValuesIn(sweep_cases()),
-                         [](const ::testing::TestParamInfo<SweepCase>& info) {
-                           return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
-                                  workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
-                         });
+                         sweep_case_name);
 
 // ---- token counts from 1 to 4096 (large ones against the GPU reference) --------------------
 class TokenCounts : public GpuWithParam<std::tuple<int, IndexPattern>> {};
@@ -235,10 +237,7 @@ std::vector<SweepCase> shared_rows_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, SharedRowsSweep, ::testing::ValuesIn(shared_rows_cases()),
-                         [](const ::testing::TestParamInfo<SweepCase>& info) {
-                           return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
-                                  workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
-                         });
+                         sweep_case_name);
 
 // Multiplicities the union must keep apart: token 0 lists one row 2048 times, token 1 that row
 // 1024 times and others once, token 2 two rows alternately, token 3 rows token 1 also lists.
@@ -842,10 +841,7 @@ std::vector<SweepCase> fp8_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8Sweep, ::testing::ValuesIn(fp8_cases()),
-                         [](const ::testing::TestParamInfo<SweepCase>& info) {
-                           return "H" + std::to_string(info.param.H) + "_topk" + std::to_string(info.param.topk) + "_" +
-                                  workload::to_string(info.param.pattern) + "_ps" + std::to_string(info.param.page_size);
-                         });
+                         sweep_case_name);
 
 // With power-of-two block scales every dequantized value is exact in bf16, so the fp8 cache and
 // the bf16 cache of its values are the same problem. Under the same plan the kernel must give
