@@ -46,6 +46,12 @@ dsa::IndexSharing parse_sharing(c10::string_view text) {
                      "share rows) or 'none' (a decode batch), got '", s, "'");
 }
 
+// Flat row r = page * page_size + offset must address row r: pages laid out back to back.
+void check_pages_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.size(1) <= 1 || t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1), "dsa.sparse_mla_forward: ", name,
+              " pages must be contiguous rows (stride(0) == page_size * stride(1))");
+}
+
 // An FP8 cache (dsa::KvCacheFormat::fp8_ds_mla): 656-byte rows as uint8 or float8_e4m3fn.
 bool is_fp8_cache(const at::Tensor& ckv) {
   return ckv.scalar_type() == at::kByte || ckv.scalar_type() == at::kFloat8_e4m3fn;
@@ -58,9 +64,7 @@ void check_cache(const at::Tensor& ckv, const at::Device& dev) {
   const int64_t width = is_fp8_cache(ckv) ? dsa::kFp8RowBytes : dsa::kCkvDim;
   TORCH_CHECK(ckv.size(2) == width, "dsa.sparse_mla_forward: ckv_cache must be [num_pages, page_size, 512] bf16 or [num_pages, "
               "page_size, 656] uint8 / float8_e4m3fn (fp8_ds_mla rows), got ", shape(ckv.sizes()), " ", ckv.scalar_type());
-  // Flat row r = page * page_size + offset must address row r: pages laid out back to back.
-  TORCH_CHECK(ckv.size(1) <= 1 || ckv.size(0) <= 1 || ckv.stride(0) == ckv.size(1) * ckv.stride(1),
-              "dsa.sparse_mla_forward: ckv_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
+  check_pages_contiguous(ckv, "ckv_cache");
 }
 
 // Fills a dsa::SparseMlaProblem from tensors, checking what the C++ API cannot see (dtypes,
@@ -77,7 +81,13 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
               fp8 ? "kpe_cache must be None with an fp8_ds_mla ckv_cache (its rows hold the kpe values)"
                   : "kpe_cache is required with a bf16 ckv_cache");
   const at::Tensor kpe = fp8 ? at::Tensor() : *kpe_opt;
-  if (!fp8) check_input(kpe, "kpe_cache", at::kBFloat16, 3, dev);
+  if (!fp8) {
+    check_input(kpe, "kpe_cache", at::kBFloat16, 3, dev);
+    TORCH_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1) && kpe.size(2) == dsa::kKpeDim,
+                "dsa.sparse_mla_forward: kpe_cache must be [num_pages, page_size, 64] matching ckv_cache, got ",
+                shape(kpe.sizes()));
+    check_pages_contiguous(kpe, "kpe_cache");
+  }
   check_input(idx, "sparse_indices", at::kInt, 2, dev);
   check_input(out, "out", at::kBFloat16, 3, dev);
   check_input(lse, "lse", at::kFloat, 2, dev);
@@ -86,13 +96,6 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   TORCH_CHECK(q_pe.size(0) == T && q_pe.size(1) == H && q_pe.size(2) == dsa::kKpeDim,
               "dsa.sparse_mla_forward: q_pe must be [T, H, 64] = [", num(T), ", ", num(H), ", 64], got ",
               shape(q_pe.sizes()));
-  if (!fp8) {
-    TORCH_CHECK(kpe.size(0) == ckv.size(0) && kpe.size(1) == ckv.size(1) && kpe.size(2) == dsa::kKpeDim,
-                "dsa.sparse_mla_forward: kpe_cache must be [num_pages, page_size, 64] matching ckv_cache, got ",
-                shape(kpe.sizes()));
-    TORCH_CHECK(kpe.size(1) <= 1 || kpe.size(0) <= 1 || kpe.stride(0) == kpe.size(1) * kpe.stride(1),
-                "dsa.sparse_mla_forward: kpe_cache pages must be contiguous rows (stride(0) == page_size * stride(1))");
-  }
   TORCH_CHECK(idx.size(0) == T, "dsa.sparse_mla_forward: sparse_indices must be [T, topk] with T = ", num(T), ", got ",
               shape(idx.sizes()));
   TORCH_CHECK(out.size(0) == T && out.size(1) == H && out.size(2) == dsa::kCkvDim,
