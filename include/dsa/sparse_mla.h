@@ -42,8 +42,9 @@ enum class KvCacheFormat {
                // kFp8RowBytes = 656 bytes: 512 fp8 e4m3 ckv values, 4 fp32 scales (scale j for
                // dims [128 j, 128 j + 128)), 64 bf16 kpe values; ckv[d] = e4m3[d] * scale[d / 128].
                // kpe_cache is null (the kpe part is in the row). The split_k kernel reads the
-               // e4m3 values exactly and applies the scales in fp32 (docs/design.md, "FP8 KV
-               // cache"); split_k only (SparseMlaKernel).
+               // e4m3 values exactly and applies the scales in fp32; shared_rows converts them
+               // to f16 (e4m3 x scale rounded to 11 bits, so |scale| <= 146 keeps them finite;
+               // docs/design.md, "FP8 KV cache").
 };
 inline constexpr int kFp8RowBytes = 656;        // one fp8_ds_mla row
 inline constexpr int kFp8ScaleDims = 128;       // ckv dims per fp32 scale
@@ -121,9 +122,9 @@ enum class SparseMlaKernel {
                 // from 2^17 (head block, index position) pairs (head blocks: T x H / 16), 2^16
                 // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
                 // H100: T >= 8 at 64 heads, T >= 4 at 128), splitting each CTA's entries when
-                // there are fewer CTAs than SMs. Limits: topk <= 2048, num_pages * page_size <
-                // 2^28, cache row strides < 2^31 elements, a bf16 cache (an fp8_ds_mla problem
-                // is planned on split_k, and the forward refuses a shared_rows plan for it)
+                // there are fewer CTAs than SMs; an fp8_ds_mla cache at 16 heads only for
+                // IndexSharing::consecutive. Limits: topk <= 2048, num_pages * page_size < 2^28,
+                // cache row strides < 2^31 elements (bytes for fp8_ds_mla)
 };
 
 // The kernel configuration for one problem shape on one device.
@@ -193,10 +194,11 @@ struct PlanChoice {
   int balanced = 0;    // 1: a balanced split_k plan (SparseMlaPlan::balanced); 0 or -1: not
 };
 
-// Pure function of shape, device and sharing hint: what tests call without a GPU. Throws
+// Pure function of shape, device, sharing hint and cache format: what tests call without a GPU. Throws
 // dsa::Error for an unsupported shape or device, or a choice that cannot run (naming it).
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
-                              const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown);
+                              const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown,
+                              KvCacheFormat kv_format = KvCacheFormat::bf16);
 // Validates the problem and plans it (with its index_sharing) for the current CUDA device.
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem);
 

@@ -89,7 +89,6 @@ ResolvedStrides resolve(const SparseMlaProblem& p) {
 // Why the shared-rows kernel cannot take this problem's cache, or "" when it can: its limits
 // that depend on the cache, not the shape (the planner and the forward both ask).
 std::string shared_rows_cache_limit(const SparseMlaProblem& p) {
-  if (fp8_cache(p)) return "shared_rows reads a bf16 cache; an fp8_ds_mla cache runs on the split_k kernel";
   if (static_cast<int64_t>(p.num_pages) * p.page_size >= detail::kSharedRowsMaxRows)
     return "shared_rows needs num_pages * page_size < 2^28; use the split_k kernel";
   const ResolvedStrides s = resolve(p);
@@ -107,6 +106,11 @@ void validate_shape(int num_tokens, int num_heads, int topk) {
   validate_index_shape(num_tokens, topk);
   if (num_heads != 16 && num_heads != 32 && num_heads != 64 && num_heads != 128)
     fail("num_heads", "must be 16, 32, 64 or 128, got " + std::to_string(num_heads));
+}
+
+void validate_format(KvCacheFormat format) {
+  if (format != KvCacheFormat::bf16 && format != KvCacheFormat::fp8_ds_mla)
+    fail("kv_format", "must be bf16 or fp8_ds_mla, got " + std::to_string(static_cast<int>(format)));
 }
 
 void validate_sharing(IndexSharing sharing) {
@@ -180,8 +184,7 @@ void validate(const SparseMlaProblem& p) {
   if (!std::isfinite(p.sm_scale)) fail("sm_scale", "must be finite");
   require_pointer(p.q_nope, "q_nope", 16);
   require_pointer(p.q_pe, "q_pe", 16);
-  if (p.kv_format != KvCacheFormat::bf16 && p.kv_format != KvCacheFormat::fp8_ds_mla)
-    fail("kv_format", "must be bf16 or fp8_ds_mla, got " + std::to_string(static_cast<int>(p.kv_format)));
+  validate_format(p.kv_format);
   require_pointer(p.ckv_cache, "ckv_cache", 16);
   if (fp8_cache(p)) {
     if (p.kpe_cache != nullptr) fail("kpe_cache", "must be null for fp8_ds_mla (the kpe values are inside each 656-byte row)");
@@ -307,10 +310,11 @@ static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice,
 }
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
-                              IndexSharing sharing) {
+                              IndexSharing sharing, KvCacheFormat kv_format) {
   validate_shape(num_tokens, num_heads, topk);
   check_balanced_choice(choice);
   validate_sharing(sharing);
+  validate_format(kv_format);
   if (dev.cc_major != 9)
     fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
                        " unsupported: the kernels are built for sm_90a (H100/H200)");
@@ -375,8 +379,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   }
   else if (tokens_per_group == 2)
     shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
-  else
+  else  // 16 heads. An fp8 cache only with the consecutive hint: split-K converts its fragments in
+        // registers and wins on lists that share no rows (random T = 2048: 1273 vs 1681 us, run
+        // 316), shared rows where tokens share them (prefill T = 4096: 2024 vs 2518 us).
     shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&
+                       (kv_format != KvCacheFormat::fp8_ds_mla || sharing == IndexSharing::consecutive) &&
                        num_tokens >= (sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
@@ -474,7 +481,7 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
   // Outside the shared-rows kernel's cache limits the planner keeps split-K.
   PlanChoice choice;
   if (!shared_rows_cache_limit(problem).empty()) choice.kernel = PlanChoice::Kernel::split_k;
-  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice, problem.index_sharing);
+  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice, problem.index_sharing, problem.kv_format);
 }
 
 // A balanced plan as plan_balanced makes them (a plan is a plain struct: the caller may have edited it).

@@ -144,6 +144,7 @@
 #include "common/block_compact.cuh"
 #include "dsa/sparse_mla.h"
 #include "sparse_mla/params.h"
+#include "sparse_mla/fp8_rows.cuh"
 
 namespace dsa::detail {
 namespace {
@@ -201,11 +202,6 @@ constexpr int kFp8SlotValues = kCkvDim;           // bytes [512, 1024)
 constexpr int kFp8SlotScales = kQkDim * 2;        // bytes [1152, 1168)
 static_assert(kFp8SlotScales + 16 <= kRowBytes, "the scales fit the row's padding");
 static_assert(kFp8ScaleDims * kWarps == kCkvDim, "a scale block per warp");
-
-// 4 e4m3 bytes as two f16x2: bytes 0-1 and bytes 2-3.
-__device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t x) {
-  return make_uint2(ptx::e4m3x2_to_f16x2(x), ptx::e4m3x2_to_f16x2(x >> 16));
-}
 
 // Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
 // take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
@@ -772,7 +768,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const int q_shift = amax > 0.f ? ilogbf(amax) - 14 : 0;  // amax x 2^-q_shift in [2^14, 2^15)
+    const int q_shift = f16_shift(amax);  // amax x 2^-q_shift in [2^14, 2^15)
     const float down = ldexpf(1.f, -q_shift);
     s_unshift = ldexpf(1.f, q_shift);
 #pragma unroll

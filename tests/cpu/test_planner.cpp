@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -179,6 +181,33 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
     ADD_FAILURE() << "no error for index_sharing 7";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("index_sharing"), std::string::npos) << e.what();
+  }
+}
+
+// An fp8_ds_mla cache is planned as a bf16 one, except at 16 heads, where it takes shared rows
+// only when the caller says consecutive tokens share rows (split-K wins on lists that share none).
+TEST(Planner, Fp8CacheTakesSharedRowsAt16HeadsOnlyForConsecutiveTokens) {
+  const auto plan = [](int T, int H, IndexSharing sharing, KvCacheFormat format) {
+    return plan_sparse_mla(T, H, 2048, kH100, {}, sharing, format);
+  };
+  for (int T : {512, 2048, 4096}) {
+    EXPECT_EQ(plan(T, 16, IndexSharing::consecutive, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows) << T;
+    EXPECT_EQ(plan(T, 16, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(plan(T, 16, IndexSharing::none, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
+  }
+  EXPECT_EQ(plan(4096, 16, IndexSharing::unknown, KvCacheFormat::bf16).kernel, SparseMlaKernel::shared_rows);
+  for (auto [T, H] : {std::pair{1024, 32}, std::pair{64, 64}, std::pair{8, 128}, std::pair{3, 64}, std::pair{100, 32}})
+    for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
+      const SparseMlaPlan bf16 = plan(T, H, sharing, KvCacheFormat::bf16), fp8 = plan(T, H, sharing, KvCacheFormat::fp8_ds_mla);
+      EXPECT_EQ(fp8.kernel, bf16.kernel) << T << " " << H;
+      EXPECT_EQ(fp8.splits, bf16.splits) << T << " " << H;
+      EXPECT_EQ(fp8.workspace_bytes, bf16.workspace_bytes) << T << " " << H;
+    }
+  try {
+    plan(64, 16, IndexSharing::unknown, static_cast<KvCacheFormat>(5));
+    ADD_FAILURE() << "no error for kv_format 5";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_format"), std::string::npos) << e.what();
   }
 }
 

@@ -817,7 +817,7 @@ TEST_F(Gpu, BalancedPlansNeedTheirScheduleAndOnlyThey) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // nothing was launched
 }
 
-// ---- an fp8_ds_mla cache (split-K, each tile dequantized in shared memory) ----------------
+// ---- an fp8_ds_mla cache (split-K converts MMA fragments; shared rows converts each tile) ----
 // Every H x topk x pattern as Sweep (fewer patterns past 16 heads), block scales from each
 // block's maximum, against the float64 reference of the dequantized values.
 class Fp8Sweep : public Sweep {};
@@ -843,6 +843,107 @@ std::vector<SweepCase> fp8_cases() {
 INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8Sweep, ::testing::ValuesIn(fp8_cases()),
                          sweep_case_name);
 
+// The same cases on the shared-rows kernel, forced (T = 5: a CTA with one token at 16 heads).
+class Fp8SharedRowsSweep : public Sweep {};
+
+TEST_P(Fp8SharedRowsSweep, MatchesReference) {
+  const SweepCase c = GetParam();
+  HostProblem hp = make_problem(5, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
+                                seed_of(c.H, c.topk, int(c.pattern), c.page_size + 9), /*prefix_len=*/1500);
+  hp.to_fp8(false);
+  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
+  ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows);
+  const Agreement a = run_and_compare(hp, &plan);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
+std::vector<SweepCase> fp8_shared_rows_cases() {
+  std::vector<SweepCase> v;
+  for (const SweepCase& c : fp8_cases())
+    if (c.topk <= SparseMlaPlan::kMaxChunk) v.push_back(c);
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8SharedRowsSweep, ::testing::ValuesIn(fp8_shared_rows_cases()),
+                         sweep_case_name);
+
+// fp8 through the shared-rows kernel's paths, each against the float64 reference: entry words
+// with the bitmap union (a prefill group), key counts (a row listed twice, the sort), 32 heads'
+// paired lists, splits and the combine, CTAs that compact their own list (64 and 128 heads, one
+// wave and below it with splits), the union and order passes, and row order.
+TEST_F(Gpu, Fp8SharedRowsPathsAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  struct Case {
+    int T, H, topk;
+    IndexPattern pattern;
+    int splits;     // 0: the planner's
+    int row_order;  // PlanChoice::row_order
+  };
+  const Case cases[] = {
+      {8, 16, 2048, IndexPattern::shared_prefix, 0, 0}, {8, 16, 2048, IndexPattern::duplicates, 0, 0},
+      {6, 32, 300, IndexPattern::padding_middle, 0, 0}, {3, 32, 2048, IndexPattern::duplicates, 0, 0},
+      {4, 64, 2048, IndexPattern::padding_middle, 7, 0}, {2, 16, 63, IndexPattern::single_valid, 64, 0},
+      {8, 64, 2048, IndexPattern::random, 0, 0},        {5, 128, 2048, IndexPattern::duplicates, 0, 0},
+      {70, 64, 600, IndexPattern::runs, 0, 0},          {140, 64, 600, IndexPattern::runs, 0, 0},
+      {70, 128, 2048, IndexPattern::padding_middle, 0, 1}, {4, 128, 2048, IndexPattern::all_padding, 0, 0},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 1700 + i++, /*prefix_len=*/3000);
+    hp.to_fp8(false);
+    PlanChoice choice;
+    choice.kernel = PlanChoice::Kernel::shared_rows;
+    choice.splits = c.splits;
+    choice.row_order = c.row_order;
+    const SparseMlaPlan plan = plan_sparse_mla(c.T, c.H, c.topk, dev, choice);
+    const Agreement a = run_and_compare(hp, &plan);
+    EXPECT_TRUE(a.ok()) << "T " << c.T << " H " << c.H << " topk " << c.topk << " " << workload::to_string(c.pattern)
+                        << " splits " << plan.splits << (plan.union_pass ? " union pass" : "") << ": " << a.summary();
+  }
+}
+
+// Block scales of many magnitudes: blocks scaled by 2^-40 .. 2^0 (a tile mixes them: the
+// shared-rows kernel's f16 tile holds each key over its own power of two and P carries the ratio
+// to the largest so far), rows of all-zero scales (their kpe still scores), a block at 0 beside
+// blocks that are not, and query heads 2^12 apart (one Q shift per CTA). Shared rows and
+// split-K, against the float64 reference of the same values. (Logits stay as large as the other
+// tests': the shared-rows kernel's f16 values carry a relative error of 2^-12, so its logits'
+// absolute error grows with their size; design.md, "FP8 KV cache".)
+TEST_F(Gpu, Fp8ScalesOfManyMagnitudes) {
+  HostProblem hp = make_problem(8, 64, 512, 64, 16, IndexPattern::random, 8484);
+  hp.to_fp8(false);
+  std::mt19937 rng(3);
+  for (int64_t r = 0; r < hp.rows(); ++r) {
+    float* scales = reinterpret_cast<float*>(&hp.kv_fp8[size_t(r) * kFp8RowBytes + kFp8ScalesOffset]);
+    const int kind = int(rng() % 8);
+    for (int b = 0; b < kCkvDim / kFp8ScaleDims; ++b) {
+      if (kind == 0) scales[b] = 0.f;                                               // the whole row
+      else if (kind == 1 && b == 2) scales[b] = 0.f;                                // one block
+      else if (kind >= 4) scales[b] = std::ldexp(scales[b], int(rng() % 41) - 40);  // 2^-40 .. 2^0
+    }
+  }
+  for (int t = 0; t < hp.T; ++t)
+    for (int h = 0; h < hp.H; ++h) {
+      const float f = h % 2 == 0 ? std::ldexp(1.f, -12) : 1.f;
+      for (int d = 0; d < kCkvDim; ++d) {
+        uint16_t& q = hp.q_nope[(size_t(t) * hp.H + h) * kCkvDim + d];
+        q = float_to_bf16(bf16_to_float(q) * f);
+      }
+      for (int d = 0; d < kKpeDim; ++d) {
+        uint16_t& q = hp.q_pe[(size_t(t) * hp.H + h) * kKpeDim + d];
+        q = float_to_bf16(bf16_to_float(q) * f);
+      }
+    }
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (PlanChoice::Kernel kernel : {PlanChoice::Kernel::shared_rows, PlanChoice::Kernel::split_k}) {
+    PlanChoice c;
+    c.kernel = kernel;
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, c);
+    const Agreement a = run_and_compare(hp, &plan);
+    EXPECT_TRUE(a.ok()) << (kernel == PlanChoice::Kernel::shared_rows ? "shared_rows: " : "split_k: ") << a.summary();
+  }
+}
+
 // With power-of-two block scales every dequantized value is exact in bf16, so the fp8 cache and
 // the bf16 cache of its values are the same problem. Under the same plan the kernel must give
 // the reference's answer for both and nearly the same outputs: P V multiplies the same products
@@ -850,7 +951,8 @@ INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8Sweep, ::testing::ValuesIn(fp8
 // can move a weight's bf16 rounding by a step (relative L2 difference <= 2e-3, 5x below the
 // reference's tolerance; a misapplied scale moves it by O(1)). Covers the lean path (1 and 2 valid rows), fused
 // rows, merged splits, row order (T x topk >= 2^17), one split per token, a balanced schedule,
-// and 32 to 128 heads.
+// and 32 to 128 heads; each case (topk <= 2048, not balanced) also on the shared-rows kernel,
+// whose P is f16 where the bf16 cache's is bf16 (a step of either moves a weight by <= 2^-9).
 TEST_F(Gpu, Fp8AgreesWithTheBf16CacheOfItsValues) {
   struct Case {
     int T, H, topk;
@@ -874,44 +976,48 @@ TEST_F(Gpu, Fp8AgreesWithTheBf16CacheOfItsValues) {
     const HostProblem bf = hp.as_bf16();
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
                              workload::to_string(c.pattern) + " valid " + std::to_string(c.valid);
-    std::vector<uint16_t> out[2];
-    std::vector<float> lse[2];
-    for (int fp8 = 0; fp8 < 2; ++fp8) {
-      const HostProblem& which = fp8 ? hp : bf;
-      DeviceProblem d(which);
-      std::vector<double> ro, rl;
-      reference(which, ro, rl);
-      PlanChoice split_k;
-      split_k.kernel = PlanChoice::Kernel::split_k;
-      const SparseMlaPlan plan = c.balanced ? balanced_plan(which) : plan_sparse_mla(c.T, c.H, c.topk, DeviceInfo::from_device(0), split_k);
-      SparseMlaProblem p = d.view();
-      DeviceBuffer<uint8_t> schedule(plan.schedule_bytes);
-      if (c.balanced) {
-        make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes, nullptr);
-        p.schedule = schedule.ptr;
-        p.schedule_bytes = plan.schedule_bytes;
+    for (PlanChoice::Kernel kernel : {PlanChoice::Kernel::split_k, PlanChoice::Kernel::shared_rows}) {
+      if (kernel == PlanChoice::Kernel::shared_rows && (c.balanced || c.topk > SparseMlaPlan::kMaxChunk)) continue;
+      const std::string run = what + (kernel == PlanChoice::Kernel::shared_rows ? " (shared_rows)" : " (split_k)");
+      std::vector<uint16_t> out[2];
+      std::vector<float> lse[2];
+      for (int fp8 = 0; fp8 < 2; ++fp8) {
+        const HostProblem& which = fp8 ? hp : bf;
+        DeviceProblem d(which);
+        std::vector<double> ro, rl;
+        reference(which, ro, rl);
+        PlanChoice choice;
+        choice.kernel = kernel;
+        const SparseMlaPlan plan = c.balanced ? balanced_plan(which) : plan_sparse_mla(c.T, c.H, c.topk, DeviceInfo::from_device(0), choice);
+        SparseMlaProblem p = d.view();
+        DeviceBuffer<uint8_t> schedule(plan.schedule_bytes);
+        if (c.balanced) {
+          make_sparse_mla_schedule(p, plan, schedule.ptr, plan.schedule_bytes, nullptr);
+          p.schedule = schedule.ptr;
+          p.schedule_bytes = plan.schedule_bytes;
+        }
+        const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+        ASSERT_TRUE(a.ok()) << run << (fp8 ? " fp8: " : " bf16: ") << a.summary();
+        out[fp8] = d.out.get();
+        lse[fp8] = d.lse.get();
       }
-      const Agreement a = forward_and_judge(d, p, plan, ro, rl);
-      ASSERT_TRUE(a.ok()) << what << (fp8 ? " fp8: " : " bf16: ") << a.summary();
-      out[fp8] = d.out.get();
-      lse[fp8] = d.lse.get();
-    }
-    // The difference a scale applied wrongly would make is of the outputs' own size; one bf16
-    // step of P on a key moves an element by up to 2^-8 of that key's weighted row.
-    ASSERT_EQ(out[1].size(), out[0].size());
-    double diff2 = 0, ref2 = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) {
-      const double a = bf16_to_float(out[0][i]), b = bf16_to_float(out[1][i]);
-      diff2 += (a - b) * (a - b);
-      ref2 += a * a;
-    }
-    EXPECT_LE(std::sqrt(diff2 / std::max(ref2, 1e-30)), 2e-3) << what << ": fp8 and bf16 outputs differ";
-    for (size_t i = 0; i < lse[0].size(); ++i) {
-      if (std::isinf(lse[0][i])) {
-        ASSERT_EQ(lse[1][i], lse[0][i]) << what << " lse " << i;
-        continue;
+      // The difference a scale applied wrongly would make is of the outputs' own size; one bf16
+      // step of P on a key moves an element by up to 2^-8 of that key's weighted row.
+      ASSERT_EQ(out[1].size(), out[0].size());
+      double diff2 = 0, ref2 = 0;
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        const double a = bf16_to_float(out[0][i]), b = bf16_to_float(out[1][i]);
+        diff2 += (a - b) * (a - b);
+        ref2 += a * a;
       }
-      ASSERT_NEAR(lse[1][i], lse[0][i], 1e-4f) << what << " lse " << i;
+      EXPECT_LE(std::sqrt(diff2 / std::max(ref2, 1e-30)), 2e-3) << run << ": fp8 and bf16 outputs differ";
+      for (size_t i = 0; i < lse[0].size(); ++i) {
+        if (std::isinf(lse[0][i])) {
+          ASSERT_EQ(lse[1][i], lse[0][i]) << run << " lse " << i;
+          continue;
+        }
+        ASSERT_NEAR(lse[1][i], lse[0][i], 1e-4f) << run << " lse " << i;
+      }
     }
   }
 }
@@ -944,14 +1050,18 @@ TEST_F(Gpu, Fp8EveryCodeDequantizesExactly) {
       }
 }
 
-// The planner keeps an fp8 cache on split-K where a bf16 one would take shared rows (64 heads).
-TEST_F(Gpu, Fp8IsPlannedOnSplitK) {
+// The planner plans an fp8 cache as it plans a bf16 one: shared rows at 64 heads here.
+TEST_F(Gpu, Fp8IsPlannedAsBf16) {
   HostProblem hp = make_problem(64, 64, 2048, 64, 64, IndexPattern::random, 4343);
   DeviceProblem bf(hp);
-  ASSERT_EQ(plan_sparse_mla(bf.view()).kernel, SparseMlaKernel::shared_rows);
+  const SparseMlaPlan bf16_plan = plan_sparse_mla(bf.view());
+  ASSERT_EQ(bf16_plan.kernel, SparseMlaKernel::shared_rows);
   hp.to_fp8(false);
   DeviceProblem d(hp);
-  EXPECT_EQ(plan_sparse_mla(d.view()).kernel, SparseMlaKernel::split_k);
+  const SparseMlaPlan fp8_plan = plan_sparse_mla(d.view());
+  EXPECT_EQ(fp8_plan.kernel, bf16_plan.kernel);
+  EXPECT_EQ(fp8_plan.splits, bf16_plan.splits);
+  EXPECT_EQ(fp8_plan.workspace_bytes, bf16_plan.workspace_bytes);
 }
 
 // Rows at a stride wider than 656 bytes with NaN between them, q and out strided: nothing outside

@@ -403,9 +403,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.index_sharing = index_sharing(o);
   validate(p);
   PlanChoice choice = plan_choice(o);
-  // An fp8 cache runs on split-K (shared rows reads bf16), as plan_sparse_mla(problem) plans it.
-  if (p.kv_format == KvCacheFormat::fp8_ds_mla && choice.kernel == PlanChoice::Kernel::planner) choice.kernel = PlanChoice::Kernel::split_k;
-  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), choice, p.index_sharing);
+  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format);
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
