@@ -54,7 +54,7 @@
 //      largest element to [2^14, 2^15)), S's ckv k-steps are f16 wgmmas, its kpe ones bf16, and
 //      S is multiplied by 2^shift; P is f16. The f16 values round e4m3 x scale to 11 bits (a
 //      split-K fp8 tile is exact): logits carry a relative error of ~2^-12, an lse error of
-//      ~1e-3 at the tests' sizes (run 316). A scale above 146 (e4m3 x scale > 65504) overflows
+//      ~1e-3 at the tests' sizes (run 318). A scale above 146 (e4m3 x scale > 65504) overflows
 //      f16: caches quantized as scale = amax / 448 from values below 65504 never hold one.
 // The tensor cores compute every (query row, entry) pair, also those of entries another token
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
@@ -155,10 +155,11 @@
 //               pass 68 -> 45 us at random T = 1024; 32 heads random T = 1024 746-757 -> 724-730 us,
 //               T = 256 207 -> 204-206, runs T = 1024 506 -> 486; prefill and 16 heads unchanged
 //               (run 295, A/B twice).
-//   v16         fp8_ds_mla caches (4. above; the bf16 instances unchanged). fp8 / bf16 / fp8 on split-K,
-//               one call (run 316, us): prefill T = 4096 2024 / 1577 / 2518; 64 heads random T = 64
-//               79.7 / 83.9 / 162; 32 heads T = 1024 894 / 727 / 1272; 16 heads random T = 2048
-//               1681 / 1343 / 1273 (the planner keeps that on split-K). First tried (runs 311-315;
+//   v16 e9ac0c2 fp8_ds_mla caches (4. above; the bf16 instances unchanged). fp8 / bf16 / fp8 on split-K,
+//               one call (run 318, us): prefill T = 4096 1993 / 1575 / 2497; random 64 heads T = 64
+//               80.4 / 83.9 / 163.1, T = 1024 939 / 810 / 2523; 128 heads T = 8 33.7 / 29.9 / 47.5;
+//               32 heads T = 1024 896 / 730 / 1273; 16 heads T = 2048 1672 / 1341 / 1272 (the
+//               planner keeps 16 heads on split-K unless tokens share rows). First tried (runs 311-315;
 //               branch fp8-units-experiment): a power-of-two unit per key so that any scale fits
 //               f16 (kpe and P rescaled per key): registers spilled, prefill 3118 us; e4m3 chunks
 //               landing in the free slot of their f16 pair: ncu counted a shared-memory wavefront
@@ -855,7 +856,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   // its lane i the row's e4m3 chunk i of this warpgroup's 16 (dims 256 og + 16 i ..), which lands
   // in f16 chunk 16 + i of the warpgroup's 32 (the upper half of its columns: 8 lanes fill one
   // 128-byte row of a column block, as a bf16 gather does; spread over the chunk pairs their
-  // conversion writes, each lane's 16 bytes cost a wavefront of their own, ncu run 5). Lane 0
+  // conversion writes, each lane's 16 bytes cost a wavefront of their own, ncu, run 315). Lane 0
   // also copies the row's scales into f16 chunk 0 (free until the conversion), lanes 1-4 kpe
   // chunk i - 1 (bf16, where a bf16 row's kpe goes).
   const int f8_lane = lane % 16, f8_row = gw + 4 * (lane / 16);  // the row at step k: f8_row + 8 k

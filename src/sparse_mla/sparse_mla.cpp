@@ -380,8 +380,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   else if (tokens_per_group == 2)
     shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
   else  // 16 heads. An fp8 cache only with the consecutive hint: split-K converts its fragments in
-        // registers and wins on lists that share no rows (random T = 2048: 1273 vs 1681 us, run
-        // 316), shared rows where tokens share them (prefill T = 4096: 2024 vs 2518 us).
+        // registers and wins on lists that share no rows (random T = 2048: 1272 vs 1672 us, run
+        // 318), shared rows where tokens share them (prefill T = 4096: 1993 vs 2497 us).
     shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&
                        (kv_format != KvCacheFormat::fp8_ds_mla || sharing == IndexSharing::consecutive) &&
                        num_tokens >= (sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens);
