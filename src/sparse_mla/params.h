@@ -40,7 +40,7 @@ struct SparseMlaParams {
   // What a split takes, for the combine: split-K split s index positions [s * chunk, s * chunk +
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
-  bool kv_fp8;  // KvCacheFormat::fp8_ds_mla (split-K only); in the padding after the two flags above
+  bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
   // Balanced split-K (SparseMlaPlan::balanced; balanced_slots 0: off): the main grid holds
   // balanced_slots split slots per head group. The schedule (make_sparse_mla_schedule; layout in
   // schedule_layout below) says which (token, split, splits) each slot computes and each token's

@@ -898,7 +898,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         if (kpe_lane)
           ptx::cp_async_16(dst + dst_kpe[i % 2] + row_offset,
                            reinterpret_cast<const void*>(static_cast<uint64_t>(row) * kpe_row_bytes + src_kpe), bytes);
-    }
+      }
     }
   };
   // Without a union pass the entries are known now (the compaction above), so the output
@@ -1086,8 +1086,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
         for (int n = 0; n < kSAcc / 4; ++n)
 #pragma unroll
-          for (int r = 0; r < 2; ++r)
-          {
+          for (int r = 0; r < 2; ++r) {
             uint32_t& dst = *reinterpret_cast<uint32_t*>(pb + p_offset(row0 + 8 * r, 8 * n + col0));
             if constexpr (kFp8)
               dst = ptx::pack_f16x2(s[4 * n + 2 * r], s[4 * n + 2 * r + 1]);
@@ -1130,8 +1129,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   } else {
     // ---- output warpgroups: gather the tiles, O += P V ------------------------------------------
     ptx::setmaxnreg_inc<kOutputRegs>();
-    // Tile j is announced once the warp's copies landed: wait_group, then the proxy fence
-    // (cp.async writes -> the wgmma proxy), then the warp's arrival.
     // fp8: this warpgroup's e4m3 chunks of a landed tile become f16 (e4m3 x its block's scale) over
     // its columns. Each lane converts the chunk it copied; the 16 lanes of a row read the chunks
     // and their two scales (lane 0's copy) before (__syncwarp) any of them writes over them.
@@ -1157,6 +1154,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd ^ 16)) = convert8(odd ? raw.x : raw.z, odd ? raw.y : raw.w);
       }
     };
+    // Tile j is announced once the warp's copies landed: wait_group, then (fp8: the conversion)
+    // the proxy fence (cp.async writes -> the wgmma proxy), then the warp's arrival.
     auto announce = [&](int tile) {
       if constexpr (kFp8) convert_fp8_tile(tile);
       wgmma::fence_proxy_async_smem();
