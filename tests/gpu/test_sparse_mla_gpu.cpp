@@ -217,17 +217,20 @@ SparseMlaPlan shared_rows_plan(int T, int H, int topk) {
   return plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), c);
 }
 
-class SharedRowsSweep : public Sweep {};
-
-TEST_P(SharedRowsSweep, MatchesReference) {
-  const SweepCase c = GetParam();
-  const HostProblem hp = make_problem(5, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
-                                      seed_of(c.H, c.topk, int(c.pattern), c.page_size + 5), /*prefix_len=*/1500);
+// One case of a shared-rows sweep: the bf16 cache, or its fp8_ds_mla quantization.
+void expect_shared_rows_agree(const SweepCase& c, bool fp8) {
+  HostProblem hp = make_problem(5, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
+                                seed_of(c.H, c.topk, int(c.pattern), c.page_size + (fp8 ? 9 : 5)), /*prefix_len=*/1500);
+  if (fp8) hp.to_fp8(false);
   const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
   ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows);
   const Agreement a = run_and_compare(hp, &plan);
   EXPECT_TRUE(a.ok()) << a.summary();
 }
+
+class SharedRowsSweep : public Sweep {};
+
+TEST_P(SharedRowsSweep, MatchesReference) { expect_shared_rows_agree(GetParam(), false); }
 
 std::vector<SweepCase> shared_rows_cases() {
   std::vector<SweepCase> v;
@@ -846,16 +849,7 @@ INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8Sweep, ::testing::ValuesIn(fp8
 // The same cases on the shared-rows kernel, forced (T = 5: a CTA with one token at 16 heads).
 class Fp8SharedRowsSweep : public Sweep {};
 
-TEST_P(Fp8SharedRowsSweep, MatchesReference) {
-  const SweepCase c = GetParam();
-  HostProblem hp = make_problem(5, c.H, c.topk, c.page_size, c.page_size == 1 ? 6000 : 100, c.pattern,
-                                seed_of(c.H, c.topk, int(c.pattern), c.page_size + 9), /*prefix_len=*/1500);
-  hp.to_fp8(false);
-  const SparseMlaPlan plan = shared_rows_plan(hp.T, hp.H, hp.topk);
-  ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows);
-  const Agreement a = run_and_compare(hp, &plan);
-  EXPECT_TRUE(a.ok()) << a.summary();
-}
+TEST_P(Fp8SharedRowsSweep, MatchesReference) { expect_shared_rows_agree(GetParam(), true); }
 
 std::vector<SweepCase> fp8_shared_rows_cases() {
   std::vector<SweepCase> v;
