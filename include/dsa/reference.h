@@ -21,8 +21,8 @@ uint8_t float_to_fp8_e4m3(float value);  // round to nearest even, saturating at
 // zeros), rounded up to a power of two with power_of_two_scales (then every dequantized value is
 // exact in bf16).
 void quantize_fp8_ds_mla_row(const float* ckv, const uint16_t* kpe, uint8_t* row, bool power_of_two_scales = false);
-// ckv dim d of an fp8_ds_mla row, dequantized exactly: e4m3 x its block's scale. (The kernels
-// round the product to bf16.)
+// ckv dim d of an fp8_ds_mla row, dequantized exactly: e4m3 x its block's scale. (Split-K keeps
+// the product exact; shared rows rounds it to f16.)
 double fp8_ds_mla_ckv(const uint8_t* row, int d);
 // The 16-bit type `dtype` names: bits -> float, and float -> bits as above.
 float to_float(DType dtype, uint16_t bits);

@@ -35,7 +35,7 @@ struct HostProblem {
 
   // The cache as fp8_ds_mla rows quantized from ckv and kpe, and ckv replaced by its dequantized
   // values rounded to bf16 (exact with power-of-two scales: then the bf16 problem is the same
-  // problem, which the kernels must reproduce bit for bit).
+  // problem, whose outputs the kernels must nearly reproduce; Fp8AgreesWithTheBf16CacheOfItsValues).
   void to_fp8(bool power_of_two_scales) {
     kv_format = KvCacheFormat::fp8_ds_mla;
     kv_fp8.assign(size_t(rows()) * kFp8RowBytes, 0);
