@@ -52,13 +52,14 @@ struct SparseMlaParams {
   int* token_rows;     // [T] valid rows, the count kernel's
   // Diagnostics (dsa-bench --timeline): when set, CTA b writes kTimelinePoints values at
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
-  // %globaltimer again at exit (the two timers give the SM clock). Split-K: cycles since entry
-  // after Q issue, compaction, Q in registers, first tile landed, the loop, the stores.
+  // %globaltimer again at exit (the two timers give the SM clock), then (shared rows) four more
+  // clock counts. Split-K: cycles since entry after Q issue, compaction, Q in registers, first
+  // tile landed, the loop, the stores.
   // Shared-rows: see SharedRowsTimeline in shared_rows_kernel.cu.
   long long* timeline;
 };
 
-inline constexpr int kTimelinePoints = 8;
+inline constexpr int kTimelinePoints = 12;
 
 // Stages of the split-K kernel; the ones before kStageFull are dissection variants (dsa-bench
 // --stage) that stop early and produce no meaningful output.

@@ -52,7 +52,8 @@
 //      while its P V of the tile two back runs, converts the e4m3 chunks in place to f16 x their
 //      block's scale (cvt.rn.f16x2.e4m3x2, mul.rn.f16x2). Q is f16 times 2^-shift (the CTA's
 //      largest element to [2^14, 2^15)), S's ckv k-steps are f16 wgmmas, its kpe ones bf16, and
-//      S is multiplied by 2^shift; P is f16. The f16 values round e4m3 x scale to 11 bits (a
+//      S is multiplied by 2^shift; P is f16, and P V reads it from shared memory (wgmma's A
+//      operand), which leaves the output warpgroups the registers the conversion needs. The f16 values round e4m3 x scale to 11 bits (a
 //      split-K fp8 tile is exact): logits carry a relative error of ~2^-12, an lse error of
 //      ~1e-3 at the tests' sizes (run 318). A scale above 146 (e4m3 x scale > 65504) overflows
 //      f16: caches quantized as scale = amax / 448 from values below 65504 never hold one.
@@ -165,6 +166,17 @@
 //               landing in the free slot of their f16 pair: ncu counted a shared-memory wavefront
 //               per lane for each cp.async (32 for an ideal 4; 10.5 with 8 lanes to a 128-byte
 //               row); the conversion before the P wait instead of during P V: 2113 us.
+//   v17         fp8: the output warpgroups were the critical path (the timeline's new points, run 326:
+//               per CTA at prefill, 109 us of a 270 us loop issuing gathers, 69 converting; the
+//               scores warpgroup waited 109 us for tiles, bf16's 10). The conversion software-
+//               pipelined (one exposed load latency per tile instead of four), P V reading P from
+//               shared memory (the output warpgroups' spills gone), each tile's rows looked up an
+//               iteration ahead (their two dependent shared loads had stalled the gathers' issue),
+//               the scales and kpe copies one predicated cp.async. fp8 / bf16, v16's fp8 in
+//               brackets (runs 332-333, us): prefill T = 4096 1766-1777 / 1577-1587 (1980-2010),
+//               32 heads T = 1024 791-796 / 730 (891-894), 64 heads T = 64 74.2 / 83.6 (79.7-80.4),
+//               T = 1024 843-848 / 809 (939-946), 128 heads T = 8 31.6-31.9 / 29.8 (33.2-33.5).
+//               bf16 within -1.3 .. +0.3 % of before.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
@@ -263,7 +275,7 @@ constexpr int kTilesOffset = 0;
 constexpr int kQSmemOffset = kStages * kTileBytes;
 constexpr int kKeysOffset = kQSmemOffset + kQSmemBytes;
 constexpr int kEntriesOffset = kKeysOffset + kKeysBytes;
-constexpr int kHandoffOffset = (kEntriesOffset + kEntriesBytes + 127) / 128 * 128;  // P x 2, alpha x 2, 1/l
+constexpr int kHandoffOffset = (kEntriesOffset + kEntriesBytes + 511) / 512 * 512;  // P x 2 (64-byte swizzle), alpha x 2, 1/l
 // fp8 (after 1/l): Q's largest |element|.
 constexpr int kSmemBytes = kHandoffOffset + 2 * kPBytes + 2 * kRows * 4 + kRows * 4 + 16 + 1024;
 static_assert(kQStagingBytes <= kStages * kTileBytes, "Q staging fits the tiles");
@@ -277,6 +289,8 @@ static_assert(kTileEntries == 32, "P's swizzle assumes 4 chunks of 16 bytes per 
 
 // Byte offset of P[r][c] (c a multiple of 2): chunk c / 8 of row r XOR (r / 2) % 4, so the 8
 // rows an ldmatrix reads, and the 8 rows a warp's fragment stores touch, fall in distinct banks.
+// That is wgmma's 64-byte swizzle of a K-major tile (the buffers are 512-byte aligned), so the
+// fp8 instances' P V reads P as its A operand in place.
 __device__ __forceinline__ uint32_t p_offset(int r, int c) {
   return r * (kTileEntries * 2) + (((c / 8) ^ ((r / 2) % 4)) * 16) + (c % 8) * 2;
 }
@@ -293,15 +307,19 @@ __device__ __forceinline__ int head_block_shift(int num_heads) { return 31 - __c
 enum SharedRowsTimeline {
   kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
   kTlSetup = 1,        // cycles since entry: the union pass's record copied, Q landed
-  // Cycles summed over the loop by the scores warpgroup's thread 0 (2) and output warp 4's lane 0
-  // (3-5). Not recorded: the scores waiting for tiles (4-5 % of the loop, runs 59-61) or for a P
-  // buffer (2.7 %, run 59), the output warpgroups for their gathers (0.3 %, run 59).
+  // Cycles summed over the loop by the scores warpgroup's thread 0 (2, 8) and output warp 4's lane 0
+  // (3-5, 9). Not recorded: the scores waiting for a P buffer (2.7 %, run 59), the output
+  // warpgroups for their gathers (0.3 %, run 59).
   kTlScoresS = 2,        // waiting for S to complete (wgmma.wait_group)
   kTlOutputSIssued = 3,  // waiting for the next tile's S to be issued (s_issued)
   kTlOutputPV = 4,       // waiting for P V to complete (wgmma.wait_group)
   kTlOutputP = 5,        // waiting for P (p_full)
   kTlLoopDone = 6,     // cycles since entry: the scores warpgroup's last P handed over
   kTlExit = 7,         // %globaltimer at exit (ns)
+  kTlScoresTile = 8,     // summed: the scores warpgroup waiting for a tile (tile_full)
+  kTlOutputConvert = 9,  // summed: fp8, the output warpgroup converting its e4m3 chunks
+  kTlOutputGather = 10,  // summed: the output warpgroup issuing a tile's gathers
+  kTlOutputLanded = 11,  // summed: the output warpgroup waiting for its copies to land
 };
 
 // Pass 1, the union of each group's 4 index lists (its head blocks' tokens' lists), written to the
@@ -864,14 +882,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const uint32_t dst_f8_lo = wgmma::sw128_offset(kTileEntries, f8_row, og * kGroupCkvChunks + 2 * f8_lane);  // dims 16 i ..
   const uint32_t f8_odd = ((f8_lane / 4) % 2) * 16;  // dst_f8_lo ^ f8_odd: the conversion's first store
   const uint32_t dst_f8_scales = wgmma::sw128_offset(kTileEntries, f8_row, og * kGroupCkvChunks);
-  const uint32_t dst_f8_kpe = wgmma::sw128_offset(kTileEntries, f8_row, kCkvChunks + og * kGroupKpeChunks + f8_lane - 1);
-  const uint32_t f8_kpe_offset = kFp8KpeOffset + (og * kGroupKpeChunks + f8_lane - 1) * 16;
-  auto load_tile = [&](int tile) {
+  const uint32_t dst_f8_side = f8_lane == 0 ? dst_f8_scales  // lanes 0-4: the scales, kpe chunk i - 1
+                                            : wgmma::sw128_offset(kTileEntries, f8_row, kCkvChunks + og * kGroupKpeChunks + f8_lane - 1);
+  const uint32_t f8_side_offset = f8_lane == 0 ? static_cast<uint32_t>(kFp8ScalesOffset) : kFp8KpeOffset + (og * kGroupKpeChunks + f8_lane - 1) * 16;
+  // Lane l looks up entry l of the tile's row; shuffles share them. s_entry[e] indexes entry e's
+  // word (over the keys) or its first key: the row lies above kRowShift either way (one indexing
+  // for both keeps the output warpgroups from spilling).
+  auto entry_row = [&](int tile) {
+    const int e = entry0 + tile * kTileEntries + lane;
+    return e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> kRowShift);
+  };
+  auto load_tile = [&](int tile, int my_row) {
     const uint32_t dst = sTiles + (tile % kStages) * kTileBytes;
-    const int e = entry0 + tile * kTileEntries + lane;  // lane l looks up entry l's row; shuffles share them
-    // s_entry[e] indexes entry e's word (over the keys) or its first key: the row lies above
-    // kRowShift either way (one indexing for both keeps the output warpgroups from spilling).
-    const int my_row = e >= num_entries ? -1 : static_cast<int>(s_keys[s_entry[e]] >> kRowShift);
     if constexpr (kFp8) {
 #pragma unroll
       for (int k = 0; k < kTileEntries / 8; ++k) {
@@ -881,10 +903,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         const uint64_t src = static_cast<uint64_t>(row) * static_cast<uint32_t>(p.ckv_row_stride) + reinterpret_cast<uint64_t>(p.ckv);
         const uint32_t d = dst + k * 8 * 128;  // rows 8 apart: the same swizzle
         ptx::cp_async_16(d + dst_f8_raw, reinterpret_cast<const void*>(src + og * kDimsPerGroup + f8_lane * 16), bytes);
-        if (f8_lane == 0)
-          ptx::cp_async_16(d + dst_f8_scales, reinterpret_cast<const void*>(src + kFp8ScalesOffset), bytes);
-        else if (f8_lane <= kGroupKpeChunks)
-          ptx::cp_async_16(d + dst_f8_kpe, reinterpret_cast<const void*>(src + f8_kpe_offset), bytes);
+        // One predicated copy, lane 0 the scales, lanes 1-4 kpe: as two branches (an if and an
+        // else if) they cost fp8 prefill 5 % (run 332).
+        if (f8_lane <= kGroupKpeChunks)
+          ptx::cp_async_16(d + dst_f8_side, reinterpret_cast<const void*>(src + f8_side_offset), bytes);
       }
     } else {
 #pragma unroll
@@ -910,7 +932,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     if (early_tiles) {
 #pragma unroll
       for (int t = 0; t < kQStagingFreeStages; ++t) {
-        if (t < num_tiles) load_tile(t);
+        if (t < num_tiles) load_tile(t, entry_row(t));
         ptx::cp_async_commit();
       }
     }
@@ -978,13 +1000,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     const float scale = kFp8 ? p.scale_log2 * __int_as_float((127 + f16_shift(__uint_as_float(*s_q_amax))) << 23) : p.scale_log2;
     const int col0 = 2 * (lane % 4);  // this lane's first column in each n8 tile of S
     const int row0 = token_of_warp * 16 + lane / 4;
-    unsigned wait_s = 0;  // kTimed: cycles waiting for S
+    unsigned wait_s = 0, wait_tile = 0;  // kTimed: cycles waiting for S, for tiles
     // The tile loop, built once for entry words and once for counts (one loop holding both
     // paths measured 2-3 % slower, runs 60-61): a CTA runs one of them.
     auto scores_loop = [&](auto words_tag) {
       constexpr bool kWords = decltype(words_tag)::value;
       for (int j = 0; j < num_tiles; ++j) {
-        ptx::mbarrier_wait(&tile_full[j % kStages], (j / kStages) & 1);
+        timed(wait_tile, [&] { ptx::mbarrier_wait(&tile_full[j % kStages], (j / kStages) & 1); });
         const uint32_t tile = sTiles + (j % kStages) * kTileBytes;
 
         // This warp's token's weight for each of the lane's 8 columns of S (per n8 tile x 2): 0 or 1
@@ -1097,6 +1119,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
           s_alpha[(j % 2) * kRows + row0] = alpha[0];
           s_alpha[(j % 2) * kRows + row0 + 8] = alpha[1];
         }
+        if constexpr (kFp8) wgmma::fence_proxy_async_smem();  // fp8: P is read by the output warpgroups' wgmmas
         cuda::ptx::mbarrier_arrive(&p_full[j % 2]);
       }
     };
@@ -1104,7 +1127,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       scores_loop(std::true_type{});
     else
       scores_loop(std::false_type{});
-    if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry, timeline[kTlScoresS] = wait_s;
+    if (kTimed && tid == 0) timeline[kTlLoopDone] = clock64() - clock_entry, timeline[kTlScoresS] = wait_s, timeline[kTlScoresTile] = wait_tile;
 
     // Row sums, 1/l for the output warpgroups, lse.
     const bool live = row_live(row0);
@@ -1129,19 +1152,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   } else {
     // ---- output warpgroups: gather the tiles, O += P V ------------------------------------------
     ptx::setmaxnreg_inc<kOutputRegs>();
+    unsigned wait_p = 0, wait_issued = 0, wait_pv = 0, convert_time = 0, gather_time = 0, wait_landed = 0;  // kTimed
     // fp8: this warpgroup's e4m3 chunks of a landed tile become f16 (e4m3 x its block's scale) over
     // its columns. Each lane converts the chunk it copied; the 16 lanes of a row read the chunks
-    // and their two scales (lane 0's copy) before (__syncwarp) any of them writes over them.
+    // and their scale (lane 0's copy) before (__syncwarp) any of them writes over them. Software
+    // pipelined: step k + 1's loads go out before step k's conversion, so a tile exposes one
+    // shared-load latency, not one per step (fp8 prefill -4.5 %, runs 327-328).
+    const uint32_t f8_scale = dst_f8_scales + og * 8 + (f8_lane < kFp8ScaleDims / 16 ? 0 : 4);  // this lane's block
     auto convert_fp8_tile = [&](int tile) {
       uint8_t* stage = smem + kTilesOffset + (tile % kStages) * kTileBytes;
+      constexpr int kSteps = kTileEntries / 8;  // rows 8 apart: the same swizzle
       __syncwarp();  // every lane's copies have landed (cp.async.wait_group before this)
-#pragma unroll 2
-      for (int k = 0; k < kTileEntries / 8; ++k) {
-        uint8_t* rows = stage + k * 8 * 128;  // rows 8 apart: the same swizzle
-        const float2 sc = *reinterpret_cast<const float2*>(rows + dst_f8_scales + og * 8);  // this warpgroup's two blocks
-        const uint4 raw = *reinterpret_cast<const uint4*>(rows + dst_f8_raw);
-        __syncwarp();  // the row's chunks and scales read before any lane writes over them
-        const float block_scale = f8_lane < kFp8ScaleDims / 16 ? sc.x : sc.y;
+      uint4 raw = *reinterpret_cast<const uint4*>(stage + dst_f8_raw);
+      float block_scale = *reinterpret_cast<const float*>(stage + f8_scale);
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        uint8_t* rows = stage + k * 8 * 128;
+        __syncwarp();  // step k's chunks and scales read before any lane writes over them
+        uint4 next_raw = raw;
+        float next_scale = block_scale;
+        if (k + 1 < kSteps) {
+          next_raw = *reinterpret_cast<const uint4*>(rows + 8 * 128 + dst_f8_raw);
+          next_scale = *reinterpret_cast<const float*>(rows + 8 * 128 + f8_scale);
+        }
         const uint32_t f = ptx::pack_f16x2(block_scale, block_scale);
         const auto convert8 = [&](uint32_t a, uint32_t b) {  // 8 e4m3 -> 8 f16 x f
           const uint2 x = e4m3x4_to_f16x4(a), y = e4m3x4_to_f16x4(b);
@@ -1152,16 +1185,17 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         const bool odd = f8_odd != 0;
         *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd)) = convert8(odd ? raw.z : raw.x, odd ? raw.w : raw.y);
         *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd ^ 16)) = convert8(odd ? raw.x : raw.z, odd ? raw.y : raw.w);
+        raw = next_raw;
+        block_scale = next_scale;
       }
     };
     // Tile j is announced once the warp's copies landed: wait_group, then (fp8: the conversion)
     // the proxy fence (cp.async writes -> the wgmma proxy), then the warp's arrival.
     auto announce = [&](int tile) {
-      if constexpr (kFp8) convert_fp8_tile(tile);
+      if constexpr (kFp8) timed(convert_time, [&] { convert_fp8_tile(tile); });
       wgmma::fence_proxy_async_smem();
       cuda::ptx::mbarrier_arrive(&tile_full[tile % kStages]);
     };
-    unsigned wait_p = 0, wait_issued = 0, wait_pv = 0;  // kTimed: cycles waiting
     ptx::mbarrier_wait(&q_read, 0);
     // Copy groups: one per tile, tile t in stage t % kStages. Tiles 0 .. kStages - 2 go out
     // first (the first kQStagingFreeStages above, without a union pass); all but the newest are
@@ -1169,7 +1203,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
       if (early_tiles && t < kQStagingFreeStages) continue;
-      if (t < num_tiles) load_tile(t);
+      if (t < num_tiles) load_tile(t, entry_row(t));
       ptx::cp_async_commit();
     }
     ptx::cp_async_wait<1>();
@@ -1181,30 +1215,36 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
     for (int i = 0; i < kOAcc; ++i) o[i] = 0.f;
     const int row0 = token_of_warp * 16 + lane / 4;
+    int next_row = kStages - 1 < num_tiles ? entry_row(kStages - 1) : -1;  // tile j + kStages - 1's
     for (int j = 0; j < num_tiles; ++j) {
       // Tile j + kStages - 1 goes into the stage of tile j - 1 (this warpgroup's P V of it has
       // completed, the scores of it were done before P of tile j - 1 came), and tile j + kStages
       // - 2 is announced once it has landed: the scores warpgroup sees tiles two ahead of the P
       // it hands over. Issued before the waits below, which the gathers' address math overlaps.
       // fp8: tile j + kStages - 2 is converted and announced while P V of tile j runs (below).
-      if (j + kStages - 1 < num_tiles) load_tile(j + kStages - 1);
+      if (j + kStages - 1 < num_tiles) timed(gather_time, [&] { load_tile(j + kStages - 1, next_row); });
+      // The next tile's rows: two dependent shared loads, which land while this iteration runs
+      // instead of stalling the gathers' issue (fp8 prefill -1 %, run 332).
+      next_row = j + kStages < num_tiles ? entry_row(j + kStages) : -1;
       ptx::cp_async_commit();
-      ptx::cp_async_wait<1>();
+      timed(wait_landed, [] { ptx::cp_async_wait<1>(); });
       if (!kFp8 && j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       timed(wait_p, [&] { ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1); });
       const float a0 = s_alpha[(j % 2) * kRows + row0], a1 = s_alpha[(j % 2) * kRows + row0 + 8];
-      uint32_t pa[kTileEntries / 16][4];
       const uint32_t pb = ptx::smem_addr(s_p + (j % 2) * kPBytes);
+      uint32_t pa[kTileEntries / 16][4];  // bf16: P's A fragments (fp8 reads P from shared memory)
+      if constexpr (!kFp8) {
 #pragma unroll
-      for (int kk = 0; kk < kTileEntries / 16; ++kk)
-        ptx::ldmatrix_x4(pa[kk], pb + p_offset(token_of_warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+        for (int kk = 0; kk < kTileEntries / 16; ++kk)
+          ptx::ldmatrix_x4(pa[kk], pb + p_offset(token_of_warp * 16 + lane % 16, kk * 16 + (lane / 16) * 8));
+      }
       // P V of tile j waits until the scores warpgroup has issued S of tile j + 1, so that S's
       // wgmmas, the scores warpgroup's critical path, are not queued behind it on the tensor
       // cores; P V then runs beside that warpgroup's softmax. Before p_empty's arrival: the scores
       // warpgroup cannot reach tile j + 3, this buffer's next s_issued phase, before this wait.
       // Tile i >= 1 completes phase (i - 1) / 2 of buffer i % 2.
       if (j + 1 < num_tiles) timed(wait_issued, [&] { ptx::mbarrier_wait(&s_issued[(j + 1) % 2], (j / 2) & 1); });
-      cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
+      if constexpr (!kFp8) cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);
       if (!__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {  // no row max moved: skip the rescale
 #pragma unroll
         for (int n = 0; n < kOAcc / 4; ++n) {
@@ -1216,13 +1256,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       }
       // O[:, this warpgroup's 256 dims] += P V: V rows are the tile's entries (the k dimension),
       // dims contiguous (N-major); a k-step covers 16 entries = two 8-row groups 1024 B apart,
-      // column blocks of 64 dims sit kTileEntries * 128 B apart.
+      // column blocks of 64 dims sit kTileEntries * 128 B apart. fp8: P is wgmma's A operand straight from
+      // shared memory (p_offset is its 64-byte swizzle): these warpgroups, which also convert,
+      // lack the 8 registers P's fragments take (their spills went: fp8 prefill 2025 -> 1873 us,
+      // run 331). bf16 keeps P in registers: from shared memory it was 1-2 % slower (run 331).
       wgmma::fence();
       const uint32_t v_base = sTiles + (j % kStages) * kTileBytes + (og * kDimsPerGroup / 64) * kTileEntries * 128;
 #pragma unroll
       for (int kk = 0; kk < kTileEntries / 16; ++kk)
         if constexpr (kFp8)
-          wgmma::mma_rs_f16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
+          wgmma::mma_ss_f16_n256_bT(o, wgmma::desc_sw64(pb + kk * 32, 16, 512), wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
         else
           wgmma::mma_rs_bf16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
       wgmma::commit();
@@ -1232,9 +1275,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       if (kFp8 && j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       timed(wait_pv, [] { wgmma::wait<0>(); });
       wgmma::pin(o);
+      if constexpr (kFp8) cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);  // P read by the wgmmas
     }
     ptx::cp_async_wait<0>();
-    if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p, timeline[kTlOutputSIssued] = wait_issued, timeline[kTlOutputPV] = wait_pv;
+    if (kTimed && tid == 128) timeline[kTlOutputP] = wait_p, timeline[kTlOutputSIssued] = wait_issued, timeline[kTlOutputPV] = wait_pv, timeline[kTlOutputConvert] = convert_time,
+                                  timeline[kTlOutputGather] = gather_time, timeline[kTlOutputLanded] = wait_landed;
 
     // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles; a split writes its
     // fp32 partial rows straight from registers (4 lanes fill a 32-byte sector of a row).

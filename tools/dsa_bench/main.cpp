@@ -234,7 +234,7 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   h = host_copy(d, n);
   long long first = -1, last = 0;
   std::vector<double> ghz;
-  std::vector<std::vector<double>> phase(7);
+  std::vector<std::vector<double>> phase(detail::kTimelinePoints);
   std::vector<std::pair<long long, int>> events;  // entries (+1) and exits (-1), for the CTAs resident at once
   for (int b = 0; b < plan.ctas; ++b) {
     const long long* r = &h[size_t(b) * detail::kTimelinePoints];
@@ -243,8 +243,8 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
     last = std::max(last, r[7]);
     if (r[7] >= 0) events.push_back({r[0], 1}), events.push_back({r[7], -1});
     if (r[7] > r[0] && r[6] > 0) ghz.push_back(double(r[6]) / double(r[7] - r[0]));  // CTAs that left early lack r[6]
-    for (int k = 1; k <= 6; ++k)
-      if (r[k] >= 0) phase[k].push_back(double(r[k]));
+    for (int k = 1; k < detail::kTimelinePoints; ++k)
+      if (k != 7 && r[k] >= 0) phase[k].push_back(double(r[k]));
   }
   // Element n * pct / 100 of the sorted values (50: the median, 100: the largest); -1 if none.
   auto percentile = [](std::vector<double> v, size_t pct) {
@@ -263,14 +263,15 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::sort(events.begin(), events.end());
   int resident = 0, most_resident = 0;
   for (const auto& e : events) most_resident = std::max(most_resident, resident += e.second);
-  if (plan.kernel == SparseMlaKernel::shared_rows) {  // points 2-5 are sums of waits (shared_rows_kernel.cu)
+  if (plan.kernel == SparseMlaKernel::shared_rows) {  // points 2-5, 8-11 are sums over the loop (shared_rows_kernel.cu)
     std::snprintf(buf, sizeof buf,
-                  "SM %.2f GHz; at most %d CTAs resident; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); waits summed "
-                  "over the loop: scores for S to complete %.2f; output for P %.2f, for the next S issued %.2f, for P V to "
-                  "complete %.2f; first entry to last exit %.2f us",
+                  "SM %.2f GHz; at most %d CTAs resident; per-CTA median us: setup %.2f, loop done %.2f (max %.2f); summed "
+                  "over the loop: scores waiting for tiles %.2f, for S to complete %.2f; output waiting for P %.2f, for the next "
+                  "S issued %.2f, for P V to complete %.2f, for its copies to land %.2f; issuing gathers %.2f, converting fp8 %.2f; first entry to last exit %.2f us",
                   clk, most_resident, median(phase[1]) / clk * 1e-3, median(phase[6]) / clk * 1e-3, max_of(phase[6]) / clk * 1e-3,
-                  median(phase[2]) / clk * 1e-3, median(phase[5]) / clk * 1e-3, median(phase[3]) / clk * 1e-3,
-                  median(phase[4]) / clk * 1e-3, (last - first) * 1e-3);
+                  median(phase[8]) / clk * 1e-3, median(phase[2]) / clk * 1e-3, median(phase[5]) / clk * 1e-3,
+                  median(phase[3]) / clk * 1e-3, median(phase[4]) / clk * 1e-3, median(phase[11]) / clk * 1e-3, median(phase[10]) / clk * 1e-3,
+                  median(phase[9]) / clk * 1e-3, (last - first) * 1e-3);
     return buf;
   }
   std::snprintf(buf, sizeof buf,
