@@ -122,9 +122,9 @@ enum class SparseMlaKernel {
                 // from 2^17 (head block, index position) pairs (head blocks: T x H / 16), 2^16
                 // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
                 // H100: T >= 8 at 64 heads, T >= 4 at 128), splitting each CTA's entries when
-                // there are fewer CTAs than SMs; an fp8_ds_mla cache at 16 heads only for
-                // IndexSharing::consecutive. Limits: topk <= 2048, num_pages * page_size < 2^28,
-                // cache row strides < 2^31 elements (bytes for fp8_ds_mla)
+                // there are fewer CTAs than SMs; the same for an fp8_ds_mla cache. Limits: topk <=
+                // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements (bytes
+                // for fp8_ds_mla)
 };
 
 // The kernel configuration for one problem shape on one device.
@@ -194,8 +194,9 @@ struct PlanChoice {
   int balanced = 0;    // 1: a balanced split_k plan (SparseMlaPlan::balanced); 0 or -1: not
 };
 
-// Pure function of shape, device, sharing hint and cache format: what tests call without a GPU. Throws
-// dsa::Error for an unsupported shape or device, or a choice that cannot run (naming it).
+// Pure function of shape, device, sharing hint and cache format (validated; both formats get the
+// same plan today): what tests call without a GPU. Throws dsa::Error for an unsupported shape or
+// device, or a choice that cannot run (naming it).
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
                               const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown,
                               KvCacheFormat kv_format = KvCacheFormat::bf16);

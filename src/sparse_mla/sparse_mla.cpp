@@ -379,11 +379,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   }
   else if (tokens_per_group == 2)
     shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
-  else  // 16 heads. An fp8 cache only with the consecutive hint: split-K converts its fragments in
-        // registers and wins on lists that share no rows (random T = 2048: 1272 vs 1672 us, run
-        // 318), shared rows where tokens share them (prefill T = 4096: 1993 vs 2497 us).
+  else  // 16 heads. An fp8 cache too: with no hint, shared rows at prefill sizes gains more
+        // (prefill T = 4096: 1761 vs split-K's 2480 us) than it loses on lists that share no
+        // rows (random T = 2048: 1481 vs 1293), as for bf16 (run 335).
     shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&
-                       (kv_format != KvCacheFormat::fp8_ds_mla || sharing == IndexSharing::consecutive) &&
                        num_tokens >= (sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&

@@ -184,19 +184,19 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
   }
 }
 
-// An fp8_ds_mla cache is planned as a bf16 one, except at 16 heads, where it takes shared rows
-// only when the caller says consecutive tokens share rows (split-K wins on lists that share none).
-TEST(Planner, Fp8CacheTakesSharedRowsAt16HeadsOnlyForConsecutiveTokens) {
+// An fp8_ds_mla cache is planned as a bf16 one: the same kernel, splits and workspace for every
+// head count, size and sharing hint (16 heads included since run 335).
+TEST(Planner, Fp8CacheIsPlannedAsBf16) {
   const auto plan = [](int T, int H, IndexSharing sharing, KvCacheFormat format) {
     return plan_sparse_mla(T, H, 2048, kH100, {}, sharing, format);
   };
-  for (int T : {512, 2048, 4096}) {
+  for (int T : {512, 2048, 4096}) {  // the 16-head cases where the hint decides
     EXPECT_EQ(plan(T, 16, IndexSharing::consecutive, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows) << T;
-    EXPECT_EQ(plan(T, 16, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(plan(T, 16, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel,
+              T >= 2048 ? SparseMlaKernel::shared_rows : SparseMlaKernel::split_k) << T;
     EXPECT_EQ(plan(T, 16, IndexSharing::none, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
   }
-  EXPECT_EQ(plan(4096, 16, IndexSharing::unknown, KvCacheFormat::bf16).kernel, SparseMlaKernel::shared_rows);
-  for (auto [T, H] : {std::pair{1024, 32}, std::pair{64, 64}, std::pair{8, 128}, std::pair{3, 64}, std::pair{100, 32}})
+  for (auto [T, H] : {std::pair{512, 16}, std::pair{4096, 16}, std::pair{1024, 32}, std::pair{64, 64}, std::pair{8, 128}, std::pair{3, 64}, std::pair{100, 32}})
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
       const SparseMlaPlan bf16 = plan(T, H, sharing, KvCacheFormat::bf16), fp8 = plan(T, H, sharing, KvCacheFormat::fp8_ds_mla);
       EXPECT_EQ(fp8.kernel, bf16.kernel) << T << " " << H;
