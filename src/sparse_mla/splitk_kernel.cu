@@ -76,6 +76,10 @@
 //                scale / the tile's largest). Run 305, A/B twice: T=1024 754 -> 648 (bf16 603-605),
 //                T=256 195-197 -> 166-168 (159), T=64 62 -> 57 (70), T=16 24.8 -> 23.7 (29.9), T=8
 //                runs 15.2 -> 13.7 (13.6-14.2), T=1 random 9.8 -> 9.4 (9.5), runs T=1024 473 -> 412 (475).
+//   v16 7bb97e2  fp8: a row's kpe and scales copies one predicated cp.async (was an if / else if):
+//                run 336, A/B twice: T=1024 632 -> 604-605, T=256 166-168 -> 159, T=64 55.7 -> 54.5,
+//                T=8 runs 13.6 -> 13.2; targets suite (run 338): fp8 / bf16 T=1 9.3 / 9.5, T=64
+//                54.4 / 69.5, T=256 155.4 / 159.1, T=1024 598.2 / 607.1.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
