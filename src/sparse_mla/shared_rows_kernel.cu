@@ -53,10 +53,11 @@
 //      block's scale (cvt.rn.f16x2.e4m3x2, mul.rn.f16x2). Q is f16 times 2^-shift (the CTA's
 //      largest element to [2^14, 2^15)), S's ckv k-steps are f16 wgmmas, its kpe ones bf16, and
 //      S is multiplied by 2^shift; P is f16, and P V reads it from shared memory (wgmma's A
-//      operand), which leaves the output warpgroups the registers the conversion needs. The f16 values round e4m3 x scale to 11 bits (a
-//      split-K fp8 tile is exact): logits carry a relative error of ~2^-12, an lse error of
-//      ~1e-3 at the tests' sizes (run 318). A scale above 146 (e4m3 x scale > 65504) overflows
-//      f16: caches quantized as scale = amax / 448 from values below 65504 never hold one.
+//      operand), which leaves the output warpgroups the registers the conversion needs. The
+//      f16 values round e4m3 x scale to 11 bits (a split-K fp8 tile is exact): logits carry a
+//      relative error of ~2^-12, an lse error of ~1e-3 at the tests' sizes (run 318). A scale
+//      above 146 (e4m3 x scale > 65504) overflows f16: caches quantized as scale = amax / 448
+//      from values below 65504 never hold one.
 // The tensor cores compute every (query row, entry) pair, also those of entries another token
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
 // that is ~2.4x the useful MMA work, traded for 0.6x the L2 traffic and shared-memory reads
@@ -308,8 +309,7 @@ enum SharedRowsTimeline {
   kTlEntry = 0,        // %globaltimer at entry (ns), thread 0
   kTlSetup = 1,        // cycles since entry: the union pass's record copied, Q landed
   // Cycles summed over the loop by the scores warpgroup's thread 0 (2, 8) and output warp 4's lane 0
-  // (3-5, 9). Not recorded: the scores waiting for a P buffer (2.7 %, run 59), the output
-  // warpgroups for their gathers (0.3 %, run 59).
+  // (3-5, 9-11). Not recorded: the scores waiting for a P buffer (2.7 %, run 59).
   kTlScoresS = 2,        // waiting for S to complete (wgmma.wait_group)
   kTlOutputSIssued = 3,  // waiting for the next tile's S to be issued (s_issued)
   kTlOutputPV = 4,       // waiting for P V to complete (wgmma.wait_group)
