@@ -246,7 +246,7 @@ void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int to
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline = nullptr);
 // Dynamic shared memory of the split-K kernel for a tile size and chunk (the planner's limit).
-int splitk_smem_bytes(int block_keys, int chunk);
+int splitk_smem_bytes(int block_keys, int chunk, bool fp8);
 int shared_rows_smem_bytes();
 
 }  // namespace dsa::detail

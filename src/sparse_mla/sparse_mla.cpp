@@ -278,7 +278,7 @@ static int launch_ctas(int64_t ctas) {
 
 // Balanced split-K (SparseMlaPlan::balanced) for a plan with its shape and block_keys set. The
 // grid: one wave of split slots (two CTAs per SM), at least one per token.
-static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev) {
+static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev, bool fp8) {
   const int T = plan.num_tokens, topk = plan.topk;
   if (topk > SparseMlaPlan::kMaxChunk)
     fail("balanced", "needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " (each CTA reads its token's whole list)");
@@ -294,7 +294,7 @@ static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice,
   check_row_order_choice(choice, true);
   const int max_tiles = static_cast<int>(ceil_div(topk, plan.block_keys));
   if (max_tiles < 2) fail("balanced", "needs topk > block_keys (a list of one tile has one split)");
-  if (detail::splitk_smem_bytes(plan.block_keys, topk) > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
+  if (detail::splitk_smem_bytes(plan.block_keys, topk, fp8) > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
   const int head_groups = plan.num_heads / kHeadGroup;
   const int slots = std::max(T, std::max(1, 2 * dev.sm_count / head_groups));
   plan.balanced = true;
@@ -443,7 +443,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       fail("block_keys", "must be 16, 32 or 64, got " + std::to_string(choice.block_keys));
     plan.block_keys = choice.block_keys;
   }
-  if (choice.balanced == 1) return plan_balanced(plan, choice, dev);
+  if (choice.balanced == 1) return plan_balanced(plan, choice, dev, kv_format == KvCacheFormat::fp8_ds_mla);
   if (choice.splits != 0) {  // exact chunks, not whole tiles: a forced split may end mid-tile
     if (choice.splits < min_splits || choice.splits > SparseMlaPlan::kMaxSplits)
       fail("splits", "must be in [" + std::to_string(min_splits) + ", " + std::to_string(SparseMlaPlan::kMaxSplits) +
@@ -460,8 +460,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
   check_fused_rows_choice(choice, fusable);
   plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk)) >
-      dev.max_smem_per_block)
+  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk),
+                                kv_format == KvCacheFormat::fp8_ds_mla) > dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists

@@ -80,6 +80,11 @@
 //                run 336, A/B twice: T=1024 632 -> 604-605, T=256 166-168 -> 159, T=64 55.7 -> 54.5,
 //                T=8 runs 13.6 -> 13.2; targets suite (run 338): fp8 / bf16 T=1 9.3 / 9.5, T=64
 //                54.4 / 69.5, T=256 155.4 / 159.1, T=1024 598.2 / 607.1.
+//   v17          fp8: rows in slots of their own 656 bytes, as stored (were in bf16's 1168-byte slots):
+//                runs 342-343, fp8 at 16 heads, planner (row order from T=64) / --sharing none: T=64
+//                54.3 -> 52.9 / 54.8 -> 53.8, T=256 155.1 -> 145.8 / 161.9 -> 152.8, T=1024 598.4 ->
+//                560.5 / 606.8 -> 573.6; T <= 16 and bf16 unchanged. 3 or 4 stages in the space saved:
+//                T=1024 a further -1 %, T <= 64 +3-7 %.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -170,11 +175,18 @@ constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
 static_assert(kFusedChunkAlign == 32, "block_compact counts valid items per warp ballot (32 positions)");
 
+// A gathered row's shared slot: a bf16 row padded to kRowBytes; an fp8_ds_mla row as it is stored,
+// kFp8RowBytes = 41 x 16 bytes (odd, so 8 consecutive slots' 16-byte chunks fall in distinct banks
+// for ldmatrix).
+template <bool kFp8>
+constexpr int kSlotBytes = kFp8 ? kFp8RowBytes : kRowBytes;
+static_assert(kFp8RowBytes % 32 == 16, "fp8 slots: an odd number of 16-byte chunks");
+
 // Tile geometry for one block_keys value; the one place sizes are derived.
-template <int BK, int STAGES>
+template <int BK, int STAGES, bool kFp8 = false>
 struct TileShape {
   static_assert(BK % 16 == 0 && BK >= 16 && BK <= 64, "block_keys");
-  static constexpr int kTileBytes = BK * kRowBytes;
+  static constexpr int kTileBytes = BK * kSlotBytes<kFp8>;
   static constexpr int kQBytes = kHeadGroup * kRowBytes;
   static constexpr int kExchangeBytes = kWarps * kHeadGroup * BK * 4;
   static constexpr int kScratchBytes = kQBytes > kExchangeBytes ? kQBytes : kExchangeBytes;
@@ -185,10 +197,13 @@ struct TileShape {
 };
 
 // ---- fp8_ds_mla rows (KvCacheFormat::fp8_ds_mla) ----------------------------------------------
-// A gathered fp8 row stays as it came: its e4m3 values in the upper half of the ckv part of its
-// padded row slot, its kpe part (bf16) where a bf16 row keeps it, its 4 scales in the padding. The
-// MMAs read the e4m3 values straight from there and convert each fragment in registers (one cvt
-// per pair, to f16), on f16 MMAs; the scales stay in fp32 outside them:
+// A gathered fp8 row keeps its cache layout in a slot of its own size (kSlotBytes): e4m3 values
+// at bytes [0, 512), the 4 scales at kFp8ScalesOffset, kpe (bf16) at kFp8KpeOffset: 57 % of a
+// bf16 tile's shared memory, and 5-6 % faster from T = 256 than the same rows in bf16 slots (runs
+// 342-343; not the L1 share the smaller footprint leaves: the largest shared-memory carve-out
+// measured the same). The MMAs read the e4m3 values straight from there and convert each
+// fragment in registers (one cvt per pair, to f16), on f16 MMAs; the scales stay in fp32 outside
+// them:
 // - S: warp w's Q dims are ckv block w (dims [128 w, 128 w + 128), one scale per key) and then kpe
 //   dims [16 w, 16 w + 16). A B fragment is one ldmatrix row of 4 e4m3 bytes (dims 4c .. 4c + 3 of
 //   a 16-dim step for thread c = lane % 4), which the A fragment matches by taking the same dims
@@ -202,36 +217,36 @@ struct TileShape {
 // Run 297 dequantized each value to bf16 (e4m3 x scale, rounded) and ran the bf16 math: one-row
 // lists missed the lse tolerance (0.0135 against 0.01). Runs 298-303 converted each tile to exact
 // bf16 in shared memory first (a pass of loads, stores and a barrier): T = 1024 754 us (bf16 610).
-constexpr int kFp8SlotValues = kCkvDim;           // bytes [512, 1024)
-constexpr int kFp8SlotScales = kQkDim * 2;        // bytes [1152, 1168)
-static_assert(kFp8SlotScales + 16 <= kRowBytes, "the scales fit the row's padding");
+// A slot's byte offset of qk dim d (a multiple of 8): bf16 rows keep ckv then kpe; fp8 rows their
+// kpe at kFp8KpeOffset (their ckv bytes are e4m3, at offset d).
+template <bool kFp8>
+__device__ __forceinline__ int slot_offset(int d) {
+  return kFp8 ? (d < kCkvDim ? d : kFp8KpeOffset + (d - kCkvDim) * 2) : d * 2;
+}
 static_assert(kFp8ScaleDims * kWarps == kCkvDim, "a scale block per warp");
 
 // Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
 // take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
 // masked keys multiply finite zeros. L2 fetches whole 128-byte lines for them (-1 % at T >= 64).
-// kFp8: fp8_ds_mla rows of 656 bytes, 41 chunks: lanes take e4m3 chunk l, lanes 0-7 the kpe
-// chunk, lane 8 the scales, into the slot layout the fp8 MMAs read (kFp8SlotValues).
+// kFp8: the row's 41 chunks as they are stored, lane l chunk l and lanes 0-8 chunk 32 + l (the
+// scales and kpe).
 template <int BK, bool kFp8>
 __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t base = ptx::smem_addr(tile) + lane * 16;
-  const bool kpe_lane = lane < kKpeDim * 2 / 16;  // fp8: lanes 0-7 kpe, lane 8 the scales
-  const uint32_t side_dst = kpe_lane ? kCkvDim * 2 + lane * 16 : kFp8SlotScales;
-  const uint32_t side_src = kpe_lane ? kFp8KpeOffset + lane * 16 : kFp8ScalesOffset;
+  static_assert(kFp8RowBytes == (32 + 9) * 16 && kFp8ScalesOffset == 512, "fp8 rows: 32 e4m3 chunks, then 9 of scales and kpe");
 #pragma unroll
   for (int r = warp; r < BK; r += kWarps) {
     const bool live = r < count;
     const int64_t row = live ? rows[r] : 0;
     const uint32_t bytes = live ? 16u : 0u;
     if constexpr (kFp8) {
-      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.ckv) + row * p.ckv_row_stride;
-      const uint32_t dst = base + r * kRowBytes;
-      ptx::cp_async_16_l2_128b(dst + kFp8SlotValues, src + lane * 16, bytes);
-      // One predicated copy, lanes 0-7 kpe, lane 8 the scales: as an if / else if it cost 4-5 %
-      // at T >= 256 (run 336).
-      if (lane <= kKpeDim * 2 / 16)
-        ptx::cp_async_16_l2_128b(ptx::smem_addr(tile) + r * kRowBytes + side_dst, src + side_src, bytes);
+      const uint8_t* src = reinterpret_cast<const uint8_t*>(p.ckv) + row * p.ckv_row_stride + lane * 16;
+      const uint32_t dst = base + r * kFp8RowBytes;
+      ptx::cp_async_16_l2_128b(dst, src, bytes);
+      // One predicated copy for the side chunks: as an if / else if between kpe and scale lanes
+      // it cost 4-5 % at T >= 256 (run 336).
+      if (lane <= kKpeDim * 2 / 16) ptx::cp_async_16_l2_128b(dst + kFp8ScalesOffset, src + kFp8ScalesOffset, bytes);
     } else {
       const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
       const uint32_t dst = base + r * kRowBytes;
@@ -571,7 +586,8 @@ template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, b
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
   static_assert(!kFp8 || (BK == kPlannerBlockKeys && kStage == kStageFull), "fp8 instances: the planner's tiles, full kernel");
-  using Shape = TileShape<BK, STAGES>;
+  using Shape = TileShape<BK, STAGES, kFp8>;
+  constexpr int kSlot = kSlotBytes<kFp8>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* s_tiles = smem;
@@ -827,19 +843,19 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         if (kk < kFp8ScaleDims / 16) {  // e4m3 block w: lane l reads key l's 16 bytes (4 n8 tiles of 8 keys)
           static_assert(!kFp8 || BK == 32, "fp8: one ldmatrix_x4 covers the tile's 32 keys");
           uint32_t e[4];
-          ptx::ldmatrix_x4(e, tile + lane * kRowBytes + kFp8SlotValues + qk_dim(kk));
+          ptx::ldmatrix_x4(e, tile + lane * kSlot + qk_dim(kk));
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             const uint2 b = e4m3x4_to_f16x4(e[j]);
             ptx::mma_f16_16816(s_acc[j], q_frag[kk], b.x, b.y);
           }
           if (kk == kFp8ScaleDims / 16 - 1) {  // the block's sum times 2^q_shift x its scale, before the kpe step
-            const uint8_t* scales = tile_bytes + kFp8SlotScales + warp * 4;
+            const uint8_t* scales = tile_bytes + kFp8ScalesOffset + warp * 4;
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
               for (int c = 0; c < 2; ++c) {
-                key_scale[j][c] = *reinterpret_cast<const float*>(scales + (j * 8 + quad_col + c) * kRowBytes);
+                key_scale[j][c] = *reinterpret_cast<const float*>(scales + (j * 8 + quad_col + c) * kSlot);
                 s_acc[j][c] *= key_scale[j][c] * s_unshift;
                 s_acc[j][c + 2] *= key_scale[j][c] * s_unshift;
               }
@@ -851,7 +867,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
       for (int nb = 0; nb < BK / 16; ++nb) {
         uint32_t b[4];
-        ptx::ldmatrix_x4(b, tile + (nb * 16 + k_key) * kRowBytes + dim * 2);
+        ptx::ldmatrix_x4(b, tile + (nb * 16 + k_key) * kSlot + slot_offset<kFp8>(dim));
         ptx::mma_bf16_16816(s_acc[2 * nb], q_frag[kk], b[0], b[1]);
         ptx::mma_bf16_16816(s_acc[2 * nb + 1], q_frag[kk], b[2], b[3]);
       }
@@ -958,7 +974,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
         for (int nd = 0; nd < kDimsPerWarpV / 32; ++nd) {
           uint32_t e[4];
-          ptx::ldmatrix_x4_trans(e, tile + (ks * 16 + v_key) * kRowBytes + kFp8SlotValues + warp * kDimsPerWarpV + nd * 32 +
+          ptx::ldmatrix_x4_trans(e, tile + (ks * 16 + v_key) * kSlot + warp * kDimsPerWarpV + nd * 32 +
                                         (lane >> 4) * 16);
           uint2 v[4];  // .x: keys 2c, 2c + 1 at the even dim, .y: at the odd dim
 #pragma unroll
@@ -979,7 +995,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       for (int nd = 0; nd < kDimsPerWarpV / 16; ++nd) {
         uint32_t b[4];
         const int dim = warp * kDimsPerWarpV + nd * 16 + v_dim;
-        ptx::ldmatrix_x4_trans(b, tile + (ks * 16 + v_key) * kRowBytes + dim * 2);
+        ptx::ldmatrix_x4_trans(b, tile + (ks * 16 + v_key) * kSlot + dim * 2);
         ptx::mma_bf16_16816(o_acc[2 * nd], p_frag[ks], b[0], b[1]);
         ptx::mma_bf16_16816(o_acc[2 * nd + 1], p_frag[ks], b[2], b[3]);
       }
@@ -1336,14 +1352,16 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 }
 
 // Pipeline depth per tile size, chosen so two CTAs fit an SM's 228 KB where they can:
-// 16-key tiles x 4 stages (3 tiles in flight) ~ 102 KB, 32 x 2 ~ 102 KB, 64 x 2 ~ 176 KB.
+// 16-key tiles x 4 stages (3 tiles in flight) ~ 102 KB, 32 x 2 ~ 102 KB, 64 x 2 ~ 176 KB; fp8's
+// 32 x 2 ~ 69 KB. fp8 with 3 or 4 stages (~90 / ~110 KB): -1 % at T = 1024, +3-7 % at T <= 64
+// (run 343).
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
 template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
-  using Shape = TileShape<BK, kStages>;
+  using Shape = TileShape<BK, kStages, kFp8>;
   auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8>;
   const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
@@ -1380,7 +1398,8 @@ void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-int splitk_smem_bytes(int block_keys, int chunk) {
+int splitk_smem_bytes(int block_keys, int chunk, bool fp8) {
+  if (fp8) return TileShape<kPlannerBlockKeys, kStagesFor<kPlannerBlockKeys>, true>::smem_bytes(chunk);
   switch (block_keys) {
     case 16: return TileShape<16, kStagesFor<16>>::smem_bytes(chunk);
     case 32: return TileShape<32, kStagesFor<32>>::smem_bytes(chunk);
