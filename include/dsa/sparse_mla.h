@@ -131,7 +131,8 @@ enum class SparseMlaKernel {
 struct SparseMlaPlan {
   int num_tokens = 0, num_heads = 0, topk = 0;  // the shape it was made for
   SparseMlaKernel kernel = SparseMlaKernel::split_k;
-  int block_keys = 0;    // KV rows per pipeline tile (16, 32 or 64)
+  int block_keys = 0;    // KV rows per pipeline tile (16, 32 or 64): the planner's 32, or 64 for an
+                         // fp8_ds_mla cache on split_k splits of >= 1024 positions
   int splits = 0;        // split_k: index chunks per token; shared_rows: runs of each group's union
                          // tiles. > 1 adds a combine kernel
   int chunk = 0;         // split_k: index positions per split (<= kMaxChunk); shared_rows: union
@@ -186,7 +187,7 @@ struct SparseMlaPlan {
 
 // A configuration forced instead of the planner's (tuning, tests): 0 keeps the planner's choice.
 struct PlanChoice {
-  int block_keys = 0;  // 16, 32 or 64
+  int block_keys = 0;  // 16, 32 or 64 (fp8_ds_mla: 32 or 64)
   int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
   enum class Kernel { planner, split_k, shared_rows } kernel = Kernel::planner;
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
@@ -195,7 +196,8 @@ struct PlanChoice {
 };
 
 // Pure function of shape, device, sharing hint and cache format (validated; both formats get the
-// same plan today): what tests call without a GPU. Throws dsa::Error for an unsupported shape or
+// same kernel and splits, an fp8_ds_mla cache wider split_k tiles on long splits): what tests call
+// without a GPU. Throws dsa::Error for an unsupported shape or
 // device, or a choice that cannot run (naming it).
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
                               const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown,

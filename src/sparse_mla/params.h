@@ -151,6 +151,9 @@ inline ScheduleLayout schedule_layout(int num_tokens, int slots) {
 
 // The tile size the planner picks (16, 32 or 64 rows; see kStagesFor in splitk_kernel.cu).
 inline constexpr int kPlannerBlockKeys = 32;
+// An fp8_ds_mla plan's split-K splits of at least this many positions take 64-row tiles
+// (plan_sparse_mla).
+inline constexpr int kFp8WideTileMinChunk = 1024;
 
 // The shared-rows kernel (shared_rows_kernel.cu) computes a "head block" per 16 of its wgmma's
 // M = 64 rows: one token's heads [16 b, 16 b + 16). Head blocks are numbered token-major

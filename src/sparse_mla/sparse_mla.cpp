@@ -438,18 +438,25 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = static_cast<int>(std::min<int64_t>(
       SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), plan.block_keys) * plan.block_keys));
+  const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
   if (choice.block_keys != 0) {
     if (choice.block_keys != 16 && choice.block_keys != 32 && choice.block_keys != 64)
       fail("block_keys", "must be 16, 32 or 64, got " + std::to_string(choice.block_keys));
+    if (fp8 && choice.block_keys == 16) fail("block_keys", "must be 32 or 64 for an fp8_ds_mla cache, got 16");
     plan.block_keys = choice.block_keys;
   }
-  if (choice.balanced == 1) return plan_balanced(plan, choice, dev, kv_format == KvCacheFormat::fp8_ds_mla);
+  if (choice.balanced == 1) return plan_balanced(plan, choice, dev, fp8);
   if (choice.splits != 0) {  // exact chunks, not whole tiles: a forced split may end mid-tile
     if (choice.splits < min_splits || choice.splits > SparseMlaPlan::kMaxSplits)
       fail("splits", "must be in [" + std::to_string(min_splits) + ", " + std::to_string(SparseMlaPlan::kMaxSplits) +
                          "] for topk " + std::to_string(topk) + ", got " + std::to_string(choice.splits));
     plan.chunk = static_cast<int>(ceil_div(topk, choice.splits));
   }
+  // fp8 with splits of >= 1024 positions: 64-row tiles (still two CTAs per SM, where bf16's take
+  // 176 KB), half as many rounds of the tile's dependent chain. At 16 heads T = 96 / 192 / 1024
+  // -6 / -9 / -9 %; shorter splits lose the longer pipeline fill (T = 1 / 16 / 64 +9 / +5 / +5 %,
+  // docs/perf.md runs 344-345).
+  if (fp8 && choice.block_keys == 0 && plan.chunk >= detail::kFp8WideTileMinChunk) plan.block_keys = 64;
   plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
   plan.ctas = launch_ctas(base_ctas * plan.splits);
   // Fused rows: a token with at most one chunk's worth of valid indices (short contexts, the
@@ -460,8 +467,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
   check_fused_rows_choice(choice, fusable);
   plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk),
-                                kv_format == KvCacheFormat::fp8_ds_mla) > dev.max_smem_per_block)
+  if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk), fp8) >
+      dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
@@ -556,8 +563,8 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     launch_sparse_mla_shared_rows(k, stream);
     return;
   }
-  if (fp8_cache(problem) && (plan.block_keys != detail::kPlannerBlockKeys || stage != kStageFull))
-    fail("plan", "an fp8_ds_mla cache runs split_k's full kernel with " + std::to_string(detail::kPlannerBlockKeys) + "-row tiles only");
+  if (fp8_cache(problem) && ((plan.block_keys != 32 && plan.block_keys != 64) || stage != kStageFull))
+    fail("plan", "an fp8_ds_mla cache runs split_k's full kernel with 32- or 64-row tiles only");
   if (plan.balanced) {
     check_balanced_plan(plan);
     if (stage != kStageFull) fail("plan", "stage variants exist for plans that are not balanced only");

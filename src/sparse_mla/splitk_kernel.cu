@@ -585,7 +585,7 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
 template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
-  static_assert(!kFp8 || (BK == kPlannerBlockKeys && kStage == kStageFull), "fp8 instances: the planner's tiles, full kernel");
+  static_assert(!kFp8 || ((BK == 32 || BK == 64) && kStage == kStageFull), "fp8 instances: 32- or 64-row tiles, full kernel");
   using Shape = TileShape<BK, STAGES, kFp8>;
   constexpr int kSlot = kSlotBytes<kFp8>;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
@@ -840,14 +840,17 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
     for (int kk = 0; kk < kKStepsPerWarp; ++kk) {
       if constexpr (kFp8) {
-        if (kk < kFp8ScaleDims / 16) {  // e4m3 block w: lane l reads key l's 16 bytes (4 n8 tiles of 8 keys)
-          static_assert(!kFp8 || BK == 32, "fp8: one ldmatrix_x4 covers the tile's 32 keys");
-          uint32_t e[4];
-          ptx::ldmatrix_x4(e, tile + lane * kSlot + qk_dim(kk));
+        if (kk < kFp8ScaleDims / 16) {  // e4m3 block w: lane l reads key 32 h + l's 16 bytes (4 n8 tiles of 8 keys)
+          static_assert(BK % 32 == 0, "fp8: ldmatrix_x4 reads 32 keys");
 #pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            const uint2 b = e4m3x4_to_f16x4(e[j]);
-            ptx::mma_f16_16816(s_acc[j], q_frag[kk], b.x, b.y);
+          for (int h = 0; h < BK / 32; ++h) {
+            uint32_t e[4];
+            ptx::ldmatrix_x4(e, tile + (h * 32 + lane) * kSlot + qk_dim(kk));
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const uint2 b = e4m3x4_to_f16x4(e[j]);
+              ptx::mma_f16_16816(s_acc[4 * h + j], q_frag[kk], b.x, b.y);
+            }
           }
           if (kk == kFp8ScaleDims / 16 - 1) {  // the block's sum times 2^q_shift x its scale, before the kpe step
             const uint8_t* scales = tile_bytes + kFp8ScalesOffset + warp * 4;
@@ -1379,6 +1382,12 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 
 template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
+  if constexpr (BK == 64 && kStage == kStageFull) {  // fp8's wide tiles (plan_sparse_mla), not balanced
+    if (p.kv_fp8 && p.balanced_slots == 0) {
+      if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, true>(p, stream);
+      return launch_splitk_instance<BK, kStage, false, false, true>(p, stream);
+    }
+  }
   if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull) {
     if (p.kv_fp8) {
       if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true, true>(p, stream);
@@ -1388,7 +1397,7 @@ void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
     if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true>(p, stream);
   } else {
     if (p.balanced_slots > 0) throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
-    if (p.kv_fp8) throw Error("an fp8_ds_mla cache runs the full kernel with 32-row tiles only");
+    if (p.kv_fp8) throw Error("an fp8_ds_mla cache runs the full kernel with 32- or 64-row tiles only (balanced: 32)");
   }
   if (p.row_order_bits > 0)
     launch_splitk_instance<BK, kStage, true>(p, stream);
@@ -1399,7 +1408,9 @@ void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
 }  // namespace
 
 int splitk_smem_bytes(int block_keys, int chunk, bool fp8) {
-  if (fp8) return TileShape<kPlannerBlockKeys, kStagesFor<kPlannerBlockKeys>, true>::smem_bytes(chunk);
+  if (fp8)
+    return block_keys == 64 ? TileShape<64, kStagesFor<64>, true>::smem_bytes(chunk)
+                            : TileShape<32, kStagesFor<32>, true>::smem_bytes(chunk);
   switch (block_keys) {
     case 16: return TileShape<16, kStagesFor<16>>::smem_bytes(chunk);
     case 32: return TileShape<32, kStagesFor<32>>::smem_bytes(chunk);

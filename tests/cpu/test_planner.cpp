@@ -186,7 +186,9 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
 
 // An fp8_ds_mla cache is planned as a bf16 one: the same kernel, splits and workspace for every
 // head count, size and sharing hint (16 heads included since run 335).
-TEST(Planner, Fp8CacheIsPlannedAsBf16) {
+// An fp8_ds_mla cache gets bf16's kernel, splits and workspace; only split-K's tiles differ: 64
+// rows on splits of >= 1024 positions (kFp8WideTileMinChunk), 32 below, never 16.
+TEST(Planner, Fp8CacheIsPlannedAsBf16ButForWideTiles) {
   const auto plan = [](int T, int H, IndexSharing sharing, KvCacheFormat format) {
     return plan_sparse_mla(T, H, 2048, kH100, {}, sharing, format);
   };
@@ -202,7 +204,25 @@ TEST(Planner, Fp8CacheIsPlannedAsBf16) {
       EXPECT_EQ(fp8.kernel, bf16.kernel) << T << " " << H;
       EXPECT_EQ(fp8.splits, bf16.splits) << T << " " << H;
       EXPECT_EQ(fp8.workspace_bytes, bf16.workspace_bytes) << T << " " << H;
+      EXPECT_EQ(bf16.block_keys, 32) << T << " " << H;
+      if (fp8.kernel == SparseMlaKernel::split_k) EXPECT_EQ(fp8.block_keys, fp8.chunk >= 1024 ? 64 : 32) << T << " " << H;
     }
+  // Split-K at 16 heads: one split per token from T = 264 (2048 positions), two at T = 100 (1024),
+  // four at T = 64 (512).
+  for (auto [T, keys] : {std::pair{1, 32}, std::pair{64, 32}, std::pair{100, 64}, std::pair{264, 64}, std::pair{1024, 64}}) {
+    const SparseMlaPlan fp8 = plan(T, 16, IndexSharing::none, KvCacheFormat::fp8_ds_mla);
+    EXPECT_EQ(fp8.kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(fp8.block_keys, keys) << T;
+  }
+  EXPECT_EQ(plan_sparse_mla(1000, 16, 512, kH100, {}, IndexSharing::none, KvCacheFormat::fp8_ds_mla).block_keys, 32);
+  PlanChoice forced;
+  forced.block_keys = 16;
+  try {
+    plan_sparse_mla(64, 16, 2048, kH100, forced, IndexSharing::none, KvCacheFormat::fp8_ds_mla);
+    ADD_FAILURE() << "no error for 16-row fp8 tiles";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block_keys"), std::string::npos) << e.what();
+  }
   try {
     plan(64, 16, IndexSharing::unknown, static_cast<KvCacheFormat>(5));
     ADD_FAILURE() << "no error for kv_format 5";

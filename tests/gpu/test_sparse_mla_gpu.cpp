@@ -1058,6 +1058,45 @@ TEST_F(Gpu, Fp8IsPlannedAsBf16) {
   EXPECT_EQ(fp8_plan.workspace_bytes, bf16_plan.workspace_bytes);
 }
 
+// fp8's 64-row split-K tiles (the planner's for splits of >= 1024 positions, or forced): every
+// pattern, a last tile of 1-63 rows, fused rows (T = 100: 2 splits of 1024), row order (T = 200),
+// splits of 1025 positions (topk 2049), the lean path, 32 and 128 heads, against the float64
+// reference.
+TEST_F(Gpu, Fp8WideTilesAgree) {
+  struct Case {
+    int T, H, topk;
+    IndexPattern pattern;
+    int block_keys, splits;  // 0: the planner's
+  };
+  const Case cases[] = {
+      {3, 16, 2048, IndexPattern::random, 64, 1},      {3, 16, 2048, IndexPattern::padding_middle, 64, 2},
+      {5, 16, 2049, IndexPattern::duplicates, 64, 2}, {2, 16, 1500, IndexPattern::out_of_range, 64, 1},
+      {100, 16, 2048, IndexPattern::runs, 0, 0},      {200, 16, 2048, IndexPattern::random, 0, 0},
+      {4, 32, 2048, IndexPattern::single_valid, 64, 1}, {3, 128, 1100, IndexPattern::random, 64, 1},
+      {7, 16, 97, IndexPattern::random, 64, 1},       {2, 16, 2048, IndexPattern::all_padding, 64, 1},
+  };
+  for (const Case& c : cases) {
+    HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, seed_of(c.T, c.H, c.topk, int(c.pattern) + 77));
+    hp.to_fp8(false);
+    DeviceProblem d(hp);
+    const SparseMlaProblem p = d.view();
+    PlanChoice choice;
+    choice.kernel = PlanChoice::Kernel::split_k;
+    choice.block_keys = c.block_keys;
+    choice.splits = c.splits;
+    const SparseMlaPlan plan = plan_sparse_mla(c.T, c.H, c.topk, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format);
+    const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
+                             workload::to_string(c.pattern) + " splits " + std::to_string(plan.splits);
+    ASSERT_EQ(plan.block_keys, 64) << what;
+    if (c.T == 100) EXPECT_GT(plan.fused_rows, 0) << what;
+    if (c.T == 200) EXPECT_TRUE(plan.row_order) << what;
+    std::vector<double> ro, rl;
+    reference(hp, ro, rl);
+    const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+    EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
+  }
+}
+
 // Rows at a stride wider than 656 bytes with NaN between them, q and out strided: nothing outside
 // a row is read, nothing outside out's rows written.
 TEST_F(Gpu, Fp8WideRowStrideAndStridedQueryAndOutput) {
