@@ -85,6 +85,11 @@
 //                54.3 -> 52.9 / 54.8 -> 53.8, T=256 155.1 -> 145.8 / 161.9 -> 152.8, T=1024 598.4 ->
 //                560.5 / 606.8 -> 573.6; T <= 16 and bf16 unchanged. 3 or 4 stages in the space saved:
 //                T=1024 a further -1 %, T <= 64 +3-7 %.
+//   v18 493fe02  fp8: 64-row tiles (2 stages, 2 CTAs per SM, 224 registers) on splits of >= 1024
+//                positions, half as many rounds of the tile's chain: run 349, fp8 at 16 heads vs
+//                d14d2b9, T=96 87.9 -> 78.4, T=256 154.8 -> 135.0, T=1024 598.2 -> 510.8, 32 heads
+//                T=128 151.3 -> 131.3; shorter splits keep 32 rows (64 there: T=1 / 16 / 64 +9 / +5
+//                / +5 %, run 344).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
