@@ -14,9 +14,4 @@ namespace dsa::detail {
 // shift >= -125 keeps 2^-shift a finite float for the tiniest amax.
 __device__ __forceinline__ int f16_shift(float amax) { return amax > 0.f ? max(ilogbf(amax) - 14, -125) : 0; }
 
-// 4 e4m3 bytes as two f16x2: bytes 0-1 and bytes 2-3.
-__device__ __forceinline__ uint2 e4m3x4_to_f16x4(uint32_t x) {
-  return make_uint2(ptx::e4m3x2_to_f16x2(x), ptx::e4m3x2_to_f16x2(x >> 16));
-}
-
 }  // namespace dsa::detail

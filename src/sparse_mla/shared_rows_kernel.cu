@@ -1177,7 +1177,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         }
         const uint32_t f = ptx::pack_f16x2(block_scale, block_scale);
         const auto convert8 = [&](uint32_t a, uint32_t b) {  // 8 e4m3 -> 8 f16 x f
-          const uint2 x = e4m3x4_to_f16x4(a), y = e4m3x4_to_f16x4(b);
+          const uint2 x = ptx::e4m3x4_to_f16x4(a), y = ptx::e4m3x4_to_f16x4(b);
           return make_uint4(ptx::mul_f16x2(x.x, f), ptx::mul_f16x2(x.y, f), ptx::mul_f16x2(y.x, f), ptx::mul_f16x2(y.y, f));
         };
         // Lanes with i / 4 odd store the upper half first: 8 lanes' stores then touch 8 distinct

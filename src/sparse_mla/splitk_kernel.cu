@@ -90,6 +90,9 @@
 //                d14d2b9, T=96 87.9 -> 78.4, T=256 154.8 -> 135.0, T=1024 598.2 -> 510.8, 32 heads
 //                T=128 151.3 -> 131.3; shorter splits keep 32 rows (64 there: T=1 / 16 / 64 +9 / +5
 //                / +5 %, run 344).
+//   v19          fp8: the upper e4m3 pair of a register converted in place (F2FP .H1, no shift): run 354,
+//                T=256 135.0-136.0 -> 130.0-130.6, T=1024 507.4-513.4 -> 483.8-486.0, 32 heads T=128
+//                130.7 -> 125.7.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -457,7 +460,8 @@ __device__ __forceinline__ void lean_ckv_to_float(const uint4 (&v)[3], const flo
     const uint32_t w[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint32_t h = ptx::e4m3x2_to_f16x2(w[i / 2] >> (16 * (i % 2)));
+      const uint2 h4 = ptx::e4m3x4_to_f16x4(w[i / 2]);
+      const uint32_t h = i % 2 ? h4.y : h4.x;
       const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&h));
       f[2 * i] = x.x * scale[i / 4];
       f[2 * i + 1] = x.y * scale[i / 4];
@@ -853,7 +857,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
             ptx::ldmatrix_x4(e, tile + (h * 32 + lane) * kSlot + qk_dim(kk));
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-              const uint2 b = e4m3x4_to_f16x4(e[j]);
+              const uint2 b = ptx::e4m3x4_to_f16x4(e[j]);
               ptx::mma_f16_16816(s_acc[4 * h + j], q_frag[kk], b.x, b.y);
             }
           }
@@ -986,7 +990,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
                                         (lane >> 4) * 16);
           uint2 v[4];  // .x: keys 2c, 2c + 1 at the even dim, .y: at the odd dim
 #pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = e4m3x4_to_f16x4(__byte_perm(e[i], 0u, 0x3120));
+          for (int i = 0; i < 4; ++i) v[i] = ptx::e4m3x4_to_f16x4(__byte_perm(e[i], 0u, 0x3120));
 #pragma unroll
           for (int half = 0; half < 2; ++half) {  // chunks 2 nd and 2 nd + 1: matrices (0, 1) and (2, 3)
             const int chunk = 2 * nd + half;
