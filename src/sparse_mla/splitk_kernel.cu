@@ -1365,8 +1365,8 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 
 // Pipeline depth per tile size, chosen so two CTAs fit an SM's 228 KB where they can:
 // 16-key tiles x 4 stages (3 tiles in flight) ~ 102 KB, 32 x 2 ~ 102 KB, 64 x 2 ~ 176 KB; fp8's
-// 32 x 2 ~ 69 KB. fp8 with 3 or 4 stages (~90 / ~110 KB): -1 % at T = 1024, +3-7 % at T <= 64
-// (run 343).
+// 32 x 2 ~ 69 KB, 64 x 2 ~ 110 KB. fp8 with 3 or 4 stages of 32 rows: -1 % at T = 1024, +3-7 %
+// at T <= 64 (runs 342-343).
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
