@@ -232,12 +232,15 @@ class SharedRowsSweep : public Sweep {};
 
 TEST_P(SharedRowsSweep, MatchesReference) { expect_shared_rows_agree(GetParam(), false); }
 
-std::vector<SweepCase> shared_rows_cases() {
+// The cases of a sweep the shared-rows kernel takes (topk <= kMaxChunk).
+std::vector<SweepCase> shared_rows_subset(const std::vector<SweepCase>& cases) {
   std::vector<SweepCase> v;
-  for (const SweepCase& c : sweep_cases())
+  for (const SweepCase& c : cases)
     if (c.topk <= SparseMlaPlan::kMaxChunk) v.push_back(c);
   return v;
 }
+
+std::vector<SweepCase> shared_rows_cases() { return shared_rows_subset(sweep_cases()); }
 
 INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, SharedRowsSweep, ::testing::ValuesIn(shared_rows_cases()),
                          sweep_case_name);
@@ -851,12 +854,7 @@ class Fp8SharedRowsSweep : public Sweep {};
 
 TEST_P(Fp8SharedRowsSweep, MatchesReference) { expect_shared_rows_agree(GetParam(), true); }
 
-std::vector<SweepCase> fp8_shared_rows_cases() {
-  std::vector<SweepCase> v;
-  for (const SweepCase& c : fp8_cases())
-    if (c.topk <= SparseMlaPlan::kMaxChunk) v.push_back(c);
-  return v;
-}
+std::vector<SweepCase> fp8_shared_rows_cases() { return shared_rows_subset(fp8_cases()); }
 
 INSTANTIATE_TEST_SUITE_P(AllHeadsTopkPatterns, Fp8SharedRowsSweep, ::testing::ValuesIn(fp8_shared_rows_cases()),
                          sweep_case_name);
