@@ -93,6 +93,12 @@
 //   v19          fp8: the upper e4m3 pair of a register converted in place (F2FP .H1, no shift): run 354,
 //                T=256 135.0-136.0 -> 130.0-130.6, T=1024 507.4-513.4 -> 483.8-486.0, 32 heads T=128
 //                130.7 -> 125.7.
+//   v20          softmax on raw scores (the logit scale in exp2's FFMA, Q negated for a negative
+//                scale), O rescaled only when a row's max grows; fp8 lets the max trail by up to 8
+//                (log2) and keeps O in units of the largest block scale so far, so most tiles skip
+//                the rescale: runs 356-357, fp8 T=1024 486.6-488.1 -> 476.1-480.4, T=256 129.9-130.2
+//                -> 127.2-127.3, 32 heads T=128 124.8 -> 122.3-122.8 (~10 instructions fewer per 64
+//                keys than predicted: -2 %, not -5); bf16 within noise (L2-bound).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -150,6 +156,7 @@
 // Run 289: 4 producer warps (cp.async on per-stage mbarriers), 5 stages, one CTA per SM (branch
 // producer-warps-experiment): unsplit T = 64 107.7 -> 76.9 us, but T = 1024 random 612 -> 789
 // (an SM gathers at ~32-36 GB/s either way, on the H200 too: 547 -> 613; run 290).
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -168,6 +175,8 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
+// fp8: O is rescaled only when a row's running max grows by more than this (log2): P <= 2^8.
+constexpr float kFp8RescaleSlack = 8.f;
 constexpr int kQkDim = kCkvDim + kKpeDim;                // 576
 constexpr int kChunksPerRow = kQkDim * 2 / 16;           // 72 x 16 B per gathered row
 constexpr int kCkvChunks = kCkvDim * 2 / 16;             // 64
@@ -811,13 +820,22 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       q_frag[kk][3] = ptx::pack_f16x2(q[kk][1][2] * down, q[kk][1][3] * down);
     }
   }
+  // Scores stay raw until the softmax's FFMA multiplies them by s_scale >= 0: a negative scale
+  // negates Q instead (exact), a zero one becomes FLT_MIN (every weight 1 either way).
+  const float s_scale = fmaxf(fabsf(p.scale_log2), FLT_MIN);
+  if (p.scale_log2 < 0.f) {
+#pragma unroll
+    for (int kk = 0; kk < kKStepsPerWarp; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q_frag[kk][i] ^= 0x80008000u;  // both halves' sign bits (bf16 or f16)
+  }
   mark(3);
 
   float o_acc[kDimsPerWarpV / 8][4];
 #pragma unroll
   for (int j = 0; j < kDimsPerWarpV / 8; ++j) o_acc[j][0] = o_acc[j][1] = o_acc[j][2] = o_acc[j][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY};  // rows g and g+8 (g = lane / 4), base-2 logits
-  float o_unit = 0.f;  // fp8: o_acc holds O / o_unit, the latest tile's largest scale of this warp's block
+  float o_unit = 0.f, inv_unit = 0.f;  // fp8: o_acc holds O / o_unit, the largest scale of this warp's block so far
   float l_run[2] = {0.f, 0.f};              // this thread's part of the row sums
 
   // Lane -> row/col offsets of the ldmatrix addresses.
@@ -905,12 +923,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       continue;
     }
 
-    // Online softmax, base 2; keys past nvalid (only in the last tile) are -inf.
+    // Online softmax, base 2, on raw scores: exp2(s c - m) is one FFMA (c = |scale_log2|, Q
+    // negated for a negative scale) and each row's tile max is scaled once. Keys past nvalid
+    // (only in the last tile) are -inf. O and l are rescaled only when some row's max grows (the
+    // branch is warp-uniform); fp8 lets the running max trail a tile's by up to
+    // kFp8RescaleSlack, so most tiles skip O's 64 multiplies (P, f16, stays below 2^8). bf16
+    // keeps the exact max: its P is bf16, and a max key's weight of exactly 1 keeps the largest
+    // term free of rounding (with the slack, Fp8AgreesWithTheBf16CacheOfItsValues' bf16-fp8
+    // difference grew to 2.2e-3, and bf16 gained nothing: it is L2-bound, perf.md run 357).
     const int keys_left = nvalid - it * BK;
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s_acc[j][e] *= p.scale_log2;
     if (keys_left < BK) {
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j)
@@ -924,39 +945,60 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       tile_max[0] = fmaxf(tile_max[0], fmaxf(s_acc[j][0], s_acc[j][1]));
       tile_max[1] = fmaxf(tile_max[1], fmaxf(s_acc[j][2], s_acc[j][3]));
     }
-    float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(m_run[r], tile_max[r]);  // finite: every tile has a valid key
-      alpha[r] = ptx::exp2_approx(m_run[r] - m_new);
-      m_run[r] = m_new;
-      l_run[r] *= alpha[r];
+      tile_max[r] *= s_scale;  // finite: every tile has a valid key
     }
-    // fp8: P is multiplied per key by its block scale / the tile's largest (m_tile, so P stays in
-    // [0, 1] for f16), and O moves to units of m_tile.
-    float p_scale[kFp8 ? kNTiles : 1][2], o_ratio = 1.f;
+    constexpr float kSlack = kFp8 ? kFp8RescaleSlack : 0.f;
+    bool rescale = tile_max[0] > m_run[0] + kSlack || tile_max[1] > m_run[1] + kSlack;
+    // fp8: P is multiplied per key by its block scale / o_unit, the largest scale of this warp's
+    // block so far (so P stays below 2^kFp8RescaleSlack for f16), and O is kept in units of o_unit.
+    float p_scale[kFp8 ? kNTiles : 1][2], unit_new = 1.f;
     if constexpr (kFp8) {
       float m_tile = 0.f;
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) m_tile = fmaxf(m_tile, fmaxf(fabsf(key_scale[j][0]), fabsf(key_scale[j][1])));
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));  // the quad's lanes hold the tile's 32 keys
+      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));  // the quad's lanes hold the tile's keys
       m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
-      if (m_tile == 0.f) m_tile = 1.f;  // every scale 0 (padding): P x 0 either way
-      const float inv = 1.f / m_tile;
+      unit_new = fmaxf(o_unit, m_tile);
+      rescale |= unit_new > o_unit;  // the same in every lane
+    }
+    if (__any_sync(0xffffffffu, rescale)) {
+      float alpha[2];
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) p_scale[j][0] = key_scale[j][0] * inv, p_scale[j][1] = key_scale[j][1] * inv;
-      o_ratio = o_unit * inv;  // 0 on the first tile, where O is 0
-      o_unit = m_tile;
+      for (int r = 0; r < 2; ++r) {
+        const float m_new = fmaxf(m_run[r], tile_max[r]);
+        alpha[r] = ptx::exp2_approx(m_run[r] - m_new);  // 0 on the first tile, where O and l are 0
+        m_run[r] = m_new;
+        l_run[r] *= alpha[r];
+      }
+      if constexpr (kFp8) {
+        // Every scale so far 0: their values are 0, P x 0 either way, and O stays 0 until a
+        // scale is not (a unit of 1 here would flush the P of later, tiny scales in f16).
+        inv_unit = unit_new > 0.f ? 1.f / unit_new : 0.f;
+        const float o_ratio = o_unit * inv_unit;  // 0 on the first tile, where O is 0
+        alpha[0] *= o_ratio, alpha[1] *= o_ratio;
+        o_unit = unit_new;
+      }
+#pragma unroll
+      for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
+        o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
+        o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
+      }
+    }
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) p_scale[j][0] = key_scale[j][0] * inv_unit, p_scale[j][1] = key_scale[j][1] * inv_unit;
     }
     uint32_t p_frag[BK / 16][4];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      const float p0 = ptx::exp2_approx(s_acc[j][0] - m_run[0]);
-      const float p1 = ptx::exp2_approx(s_acc[j][1] - m_run[0]);
-      const float p2 = ptx::exp2_approx(s_acc[j][2] - m_run[1]);
-      const float p3 = ptx::exp2_approx(s_acc[j][3] - m_run[1]);
+      const float p0 = ptx::exp2_approx(fmaf(s_acc[j][0], s_scale, -m_run[0]));
+      const float p1 = ptx::exp2_approx(fmaf(s_acc[j][1], s_scale, -m_run[0]));
+      const float p2 = ptx::exp2_approx(fmaf(s_acc[j][2], s_scale, -m_run[1]));
+      const float p3 = ptx::exp2_approx(fmaf(s_acc[j][3], s_scale, -m_run[1]));
       l_run[0] += p0 + p1;
       l_run[1] += p2 + p3;
       // C fragment of n-tile j -> half of the A fragment of k-step j/2.
@@ -969,12 +1011,6 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
     }
     if constexpr (kStage == kStageSoftmax) continue;
-    if constexpr (kFp8) alpha[0] *= o_ratio, alpha[1] *= o_ratio;
-#pragma unroll
-    for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
-      o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
-      o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
-    }
 
     // 5. O[:, this warp's 128 dims] += P V.
     if constexpr (kFp8) {

@@ -936,6 +936,89 @@ TEST_F(Gpu, Fp8ScalesOfManyMagnitudes) {
   }
 }
 
+// The softmax's scale and its running max, both formats: a negative sm_scale (split-K negates Q
+// and multiplies by the scale's magnitude), a zero one (every weight 1), a large one (logits
+// spread over ~100 in log2), and logits that climb through the list (rows listed in ascending
+// order, each ~0.8 above the last tile's in log2 at 32 keys per tile: split-K keeps its running
+// max until a tile passes it by more than 8, so P reaches ~2^8 between O's rescales). Split-K with
+// one split of 2048 keys (32- and, fp8, 64-row tiles), the planner's splits, 2 valid rows (the
+// lean path) and shared rows, against the float64 reference.
+TEST_F(Gpu, SoftmaxScaleSignsAndClimbingLogits) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (int fp8 = 0; fp8 < 2; ++fp8)
+    for (int variant = 0; variant < 4; ++variant) {
+      HostProblem hp = make_problem(3, 16, 2048, 64, 64, IndexPattern::random, seed_of(fp8, variant, 2048, 5));
+      if (variant == 0) hp.sm_scale = -0.1352337788608801f;
+      if (variant == 1) hp.sm_scale = 0.f;
+      if (variant == 2) hp.sm_scale = 0.5f;
+      if (variant == 3) {  // Q's first 256 dims 0.5, row r's 2 r / rows: the logit climbs with r
+        for (size_t i = 0; i < hp.q_nope.size(); ++i)
+          if (i % kCkvDim < 256) hp.q_nope[i] = float_to_bf16(0.5f);
+        for (int64_t r = 0; r < hp.rows(); ++r)
+          for (int d = 0; d < 256; ++d) hp.ckv[size_t(r) * kCkvDim + d] = float_to_bf16(2.f * float(r) / float(hp.rows()));
+        for (int t = 0; t < hp.T; ++t) {
+          std::vector<int32_t> rows(size_t(hp.rows()));
+          std::iota(rows.begin(), rows.end(), 0);
+          std::shuffle(rows.begin(), rows.end(), std::mt19937(t));
+          std::sort(rows.begin(), rows.begin() + hp.topk);
+          std::copy(rows.begin(), rows.begin() + hp.topk, hp.indices.begin() + size_t(t) * hp.topk);
+        }
+      }
+      if (fp8) hp.to_fp8(false);
+      const std::string what = std::string(fp8 ? "fp8" : "bf16") + " sm_scale " + std::to_string(hp.sm_scale) +
+                               (variant == 3 ? " climbing" : "");
+      struct Choice {
+        const char* name;
+        PlanChoice c;
+        int valid;  // > 0: only the first `valid` positions of each list
+      };
+      std::vector<Choice> choices = {{"planner", {}, 0}, {"one split", {}, 0}, {"2 valid", {}, 2}, {"shared rows", {}, 0}};
+      choices[1].c.kernel = PlanChoice::Kernel::split_k, choices[1].c.splits = 1, choices[1].c.block_keys = 32;
+      choices[3].c.kernel = PlanChoice::Kernel::shared_rows;
+      if (fp8) {
+        choices.push_back({"one split, 64 rows", {}, 0});
+        choices.back().c.kernel = PlanChoice::Kernel::split_k, choices.back().c.splits = 1, choices.back().c.block_keys = 64;
+      }
+      for (const Choice& ch : choices) {
+        HostProblem h = hp;
+        if (ch.valid > 0)
+          for (int t = 0; t < h.T; ++t) std::fill(h.indices.begin() + size_t(t) * h.topk + ch.valid, h.indices.begin() + size_t(t + 1) * h.topk, -1);
+        const SparseMlaPlan plan = plan_sparse_mla(h.T, h.H, h.topk, dev, ch.c, IndexSharing::unknown, h.kv_format);
+        const Agreement a = run_and_compare(h, &plan);
+        EXPECT_TRUE(a.ok()) << what << ", " << ch.name << ": " << a.summary();
+      }
+    }
+}
+
+// fp8 split-K keeps O in units of the largest block scale seen so far: ascending lists whose
+// first ~100 rows (rows < 200) have all-zero scales (values 0, kpe still scoring) and whose
+// other rows are scaled by 2^-30 must come out at their own tiny size (a unit stuck at 1 would flush their f16 P to 0:
+// relative L2 error 1). One split (32- and 64-row tiles) and the planner's splits.
+TEST_F(Gpu, Fp8ZeroScalesFirstThenTinyScales) {
+  HostProblem hp = make_problem(2, 16, 2048, 64, 64, IndexPattern::random, 6161);
+  for (int t = 0; t < hp.T; ++t) {  // ascending rows: the zero-scale rows come first
+    std::vector<int32_t> rows(size_t(hp.rows()));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), std::mt19937(t));
+    std::sort(rows.begin(), rows.begin() + hp.topk);
+    std::copy(rows.begin(), rows.begin() + hp.topk, hp.indices.begin() + size_t(t) * hp.topk);
+  }
+  hp.to_fp8(false);
+  for (int64_t r = 0; r < hp.rows(); ++r) {
+    float* scales = reinterpret_cast<float*>(&hp.kv_fp8[size_t(r) * kFp8RowBytes + kFp8ScalesOffset]);
+    for (int b = 0; b < kCkvDim / kFp8ScaleDims; ++b) scales[b] = r < 200 ? 0.f : std::ldexp(scales[b], -30);
+  }
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (int block_keys : {0, 32, 64}) {
+    PlanChoice c;
+    c.kernel = PlanChoice::Kernel::split_k;
+    if (block_keys > 0) c.block_keys = block_keys, c.splits = 1;
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, c, IndexSharing::unknown, hp.kv_format);
+    const Agreement a = run_and_compare(hp, &plan);
+    EXPECT_TRUE(a.ok()) << "block_keys " << plan.block_keys << " splits " << plan.splits << ": " << a.summary();
+  }
+}
+
 // With power-of-two block scales every dequantized value is exact in bf16, so the fp8 cache and
 // the bf16 cache of its values are the same problem. Under the same plan the kernel must give
 // the reference's answer for both and nearly the same outputs: P V multiplies the same products
