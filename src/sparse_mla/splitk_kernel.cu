@@ -231,6 +231,8 @@ struct TileShape {
 //   adjacent dims, one prmt splits them by dim), so O's n8 tiles hold even and odd dims of each
 //   16-dim chunk; P is f16, multiplied per key by scale / m, m the tile's largest scale of the
 //   block, and O is kept in units of the latest m (rescaled with alpha).
+// Run 361: S on e4m3 MMAs (m16n8k32, Q as two exact e4m3 parts, no B conversions) was 24-30 %
+// slower: ptxas emulates that MMA on sm_90 (conversions and two f16 HMMAs; no QMMA in the SASS).
 // Run 297 dequantized each value to bf16 (e4m3 x scale, rounded) and ran the bf16 math: one-row
 // lists missed the lse tolerance (0.0135 against 0.01). Runs 298-303 converted each tile to exact
 // bf16 in shared memory first (a pass of loads, stores and a barrier): T = 1024 754 us (bf16 610).
