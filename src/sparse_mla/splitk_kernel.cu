@@ -1427,29 +1427,25 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
+// The instances that exist: every tile size with or without row order; a balanced schedule with
+// the planner's 32-row tiles; fp8 with 32- or 64-row tiles; the stage variants (diagnostics) with
+// 32-row tiles, bf16. plan_sparse_mla only plans these; a hand-made plan that is not one throws.
+template <int BK, int kStage, bool kFp8>
+void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
+  if (p.balanced_slots > 0) {
+    if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull)
+      return launch_splitk_instance<BK, kStage, false, true, kFp8>(p, stream);
+    throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
+  }
+  if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, kFp8>(p, stream);
+  launch_splitk_instance<BK, kStage, false, false, kFp8>(p, stream);
+}
+
 template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
-  if constexpr (BK == 64 && kStage == kStageFull) {  // fp8's wide tiles (plan_sparse_mla), not balanced
-    if (p.kv_fp8 && p.balanced_slots == 0) {
-      if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, true>(p, stream);
-      return launch_splitk_instance<BK, kStage, false, false, true>(p, stream);
-    }
-  }
-  if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull) {
-    if (p.kv_fp8) {
-      if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true, true>(p, stream);
-      if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, true>(p, stream);
-      return launch_splitk_instance<BK, kStage, false, false, true>(p, stream);
-    }
-    if (p.balanced_slots > 0) return launch_splitk_instance<BK, kStage, false, true>(p, stream);
-  } else {
-    if (p.balanced_slots > 0) throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
-    if (p.kv_fp8) throw Error("an fp8_ds_mla cache runs the full kernel with 32- or 64-row tiles only (balanced: 32)");
-  }
-  if (p.row_order_bits > 0)
-    launch_splitk_instance<BK, kStage, true>(p, stream);
-  else
-    launch_splitk_instance<BK, kStage, false>(p, stream);
+  if (!p.kv_fp8) return launch_splitk_format<BK, kStage, false>(p, stream);
+  if constexpr ((BK == 32 || BK == 64) && kStage == kStageFull) return launch_splitk_format<BK, kStage, true>(p, stream);
+  throw Error("an fp8_ds_mla cache runs the full kernel with 32- or 64-row tiles only (balanced: 32)");
 }
 
 }  // namespace
