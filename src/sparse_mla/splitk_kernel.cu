@@ -97,8 +97,8 @@
 //                scale), O rescaled only when a row's max grows; fp8 lets the max trail by up to 8
 //                (log2) and keeps O in units of the largest block scale so far, so most tiles skip
 //                the rescale: runs 356-357, fp8 T=1024 486.6-488.1 -> 476.1-480.4, T=256 129.9-130.2
-//                -> 127.2-127.3, 32 heads T=128 124.8 -> 122.3-122.8 (~10 instructions fewer per 64
-//                keys than predicted: -2 %, not -5); bf16 within noise (L2-bound).
+//                -> 127.2-127.3, 32 heads T=128 124.8 -> 122.3-122.8 (predicted -4 to -7 %: the
+//                multiplies were not the chain's long pole); bf16 within noise (L2-bound).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
