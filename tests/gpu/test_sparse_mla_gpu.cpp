@@ -936,6 +936,17 @@ TEST_F(Gpu, Fp8ScalesOfManyMagnitudes) {
   }
 }
 
+// Each token lists topk distinct random rows of the cache in ascending order.
+void list_random_rows_ascending(HostProblem& hp) {
+  for (int t = 0; t < hp.T; ++t) {
+    std::vector<int32_t> rows(size_t(hp.rows()));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::shuffle(rows.begin(), rows.end(), std::mt19937(t));
+    std::sort(rows.begin(), rows.begin() + hp.topk);
+    std::copy(rows.begin(), rows.begin() + hp.topk, hp.indices.begin() + size_t(t) * hp.topk);
+  }
+}
+
 // The softmax's scale and its running max, both formats: a negative sm_scale (split-K negates Q
 // and multiplies by the scale's magnitude), a zero one (every weight 1), a large one (logits
 // spread over ~100 in log2), and logits that climb through the list (rows listed in ascending
@@ -956,13 +967,7 @@ TEST_F(Gpu, SoftmaxScaleSignsAndClimbingLogits) {
           if (i % kCkvDim < 256) hp.q_nope[i] = float_to_bf16(0.5f);
         for (int64_t r = 0; r < hp.rows(); ++r)
           for (int d = 0; d < 256; ++d) hp.ckv[size_t(r) * kCkvDim + d] = float_to_bf16(2.f * float(r) / float(hp.rows()));
-        for (int t = 0; t < hp.T; ++t) {
-          std::vector<int32_t> rows(size_t(hp.rows()));
-          std::iota(rows.begin(), rows.end(), 0);
-          std::shuffle(rows.begin(), rows.end(), std::mt19937(t));
-          std::sort(rows.begin(), rows.begin() + hp.topk);
-          std::copy(rows.begin(), rows.begin() + hp.topk, hp.indices.begin() + size_t(t) * hp.topk);
-        }
+        list_random_rows_ascending(hp);
       }
       if (fp8) hp.to_fp8(false);
       const std::string what = std::string(fp8 ? "fp8" : "bf16") + " sm_scale " + std::to_string(hp.sm_scale) +
@@ -996,13 +1001,7 @@ TEST_F(Gpu, SoftmaxScaleSignsAndClimbingLogits) {
 // relative L2 error 1). One split (32- and 64-row tiles) and the planner's splits.
 TEST_F(Gpu, Fp8ZeroScalesFirstThenTinyScales) {
   HostProblem hp = make_problem(2, 16, 2048, 64, 64, IndexPattern::random, 6161);
-  for (int t = 0; t < hp.T; ++t) {  // ascending rows: the zero-scale rows come first
-    std::vector<int32_t> rows(size_t(hp.rows()));
-    std::iota(rows.begin(), rows.end(), 0);
-    std::shuffle(rows.begin(), rows.end(), std::mt19937(t));
-    std::sort(rows.begin(), rows.begin() + hp.topk);
-    std::copy(rows.begin(), rows.begin() + hp.topk, hp.indices.begin() + size_t(t) * hp.topk);
-  }
+  list_random_rows_ascending(hp);  // the zero-scale rows come first
   hp.to_fp8(false);
   for (int64_t r = 0; r < hp.rows(); ++r) {
     float* scales = reinterpret_cast<float*>(&hp.kv_fp8[size_t(r) * kFp8RowBytes + kFp8ScalesOffset]);
