@@ -229,8 +229,8 @@ struct TileShape {
 //   scale, then the kpe step (bf16) adds to it.
 // - P V over block w: V comes by ldmatrix.trans of the e4m3 bytes (a thread gets two keys x two
 //   adjacent dims, one prmt splits them by dim), so O's n8 tiles hold even and odd dims of each
-//   16-dim chunk; P is f16, multiplied per key by scale / m, m the tile's largest scale of the
-//   block, and O is kept in units of the latest m (rescaled with alpha).
+//   16-dim chunk; P is f16, multiplied per key by scale / m, m the largest scale of the block so
+//   far, and O is kept in units of m (rescaled with alpha when m grows).
 // Run 361: S on e4m3 MMAs (m16n8k32, Q as two exact e4m3 parts, no B conversions) was 24-30 %
 // slower: ptxas emulates that MMA on sm_90 (conversions and two f16 HMMAs; no QMMA in the SASS).
 // Run 297 dequantized each value to bf16 (e4m3 x scale, rounded) and ran the bf16 math: one-row

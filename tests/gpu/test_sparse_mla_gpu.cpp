@@ -936,6 +936,12 @@ TEST_F(Gpu, Fp8ScalesOfManyMagnitudes) {
   }
 }
 
+// Each token keeps only the first `valid` positions of its list; the rest become -1.
+void keep_first_positions(HostProblem& hp, int valid) {
+  for (int t = 0; t < hp.T; ++t)
+    std::fill(hp.indices.begin() + size_t(t) * hp.topk + valid, hp.indices.begin() + size_t(t + 1) * hp.topk, -1);
+}
+
 // Each token lists topk distinct random rows of the cache in ascending order.
 void list_random_rows_ascending(HostProblem& hp) {
   for (int t = 0; t < hp.T; ++t) {
@@ -987,7 +993,7 @@ TEST_F(Gpu, SoftmaxScaleSignsAndClimbingLogits) {
       for (const Choice& ch : choices) {
         HostProblem h = hp;
         if (ch.valid > 0)
-          for (int t = 0; t < h.T; ++t) std::fill(h.indices.begin() + size_t(t) * h.topk + ch.valid, h.indices.begin() + size_t(t + 1) * h.topk, -1);
+          keep_first_positions(h, ch.valid);
         const SparseMlaPlan plan = plan_sparse_mla(h.T, h.H, h.topk, dev, ch.c, IndexSharing::unknown, h.kv_format);
         const Agreement a = run_and_compare(h, &plan);
         EXPECT_TRUE(a.ok()) << what << ", " << ch.name << ": " << a.summary();
@@ -997,8 +1003,9 @@ TEST_F(Gpu, SoftmaxScaleSignsAndClimbingLogits) {
 
 // fp8 split-K keeps O in units of the largest block scale seen so far: ascending lists whose
 // first ~100 rows (rows < 200) have all-zero scales (values 0, kpe still scoring) and whose
-// other rows are scaled by 2^-30 must come out at their own tiny size (a unit stuck at 1 would flush their f16 P to 0:
-// relative L2 error 1). One split (32- and 64-row tiles) and the planner's splits.
+// other rows are scaled by 2^-30 must come out at their own tiny size (a unit stuck at 1 would
+// flush their f16 P to 0: relative L2 error 1). One split (32- and 64-row tiles) and the
+// planner's splits.
 TEST_F(Gpu, Fp8ZeroScalesFirstThenTinyScales) {
   HostProblem hp = make_problem(2, 16, 2048, 64, 64, IndexPattern::random, 6161);
   list_random_rows_ascending(hp);  // the zero-scale rows come first
@@ -1045,7 +1052,7 @@ TEST_F(Gpu, Fp8AgreesWithTheBf16CacheOfItsValues) {
   for (const Case& c : cases) {
     HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 128, c.pattern, seed_of(c.T, c.H, c.topk, c.valid));
     if (c.valid > 0)
-      for (int t = 0; t < c.T; ++t) std::fill(hp.indices.begin() + size_t(t) * c.topk + c.valid, hp.indices.begin() + size_t(t + 1) * c.topk, -1);
+      keep_first_positions(hp, c.valid);
     hp.to_fp8(true);
     const HostProblem bf = hp.as_bf16();
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
