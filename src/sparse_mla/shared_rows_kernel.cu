@@ -193,7 +193,10 @@
 // +10-18 % at 32-128 heads (runs 292-293).
 // Also not kept: counting the tile's key weights while S runs (run 55: 2161 vs 2033 us);
 // a second S accumulator so S of tile j + 1 runs during the softmax of tile j spills at any
-// register split and ptxas serialises the wgmmas (C7514), not measured. A 5- or 6-bit radix
+// register split and ptxas serialises the wgmmas (C7514), not measured. Measured since (run 368,
+// branch interleave-softmax; 168 registers per warpgroup, descriptors made where used): the
+// softmax's parts between S of tile j + 1's wgmmas, +2-5 % everywhere (P V then runs beside S,
+// not beside the softmax). A 5- or 6-bit radix
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
