@@ -11,7 +11,9 @@
 // warpgroups keeps the pipe ~100 % busy; one warpgroup issuing m64n32k16 alone 60 % (26.6
 // cycles a step), two 96 %. The kernels' ~50 % is the gaps in their own chains. The m64n64k16
 // chain with both operands from shared memory is FlashMLA's sparse-prefill shape (docs/perf.md,
-// runs 266-278).
+// runs 266-278). m64n32k16 with both operands from shared memory reads 3 KB per 16 cycles of
+// math, more than the ~128 bytes per cycle shared memory gives: three warpgroups of it reach 66 %
+// (run 369), the bound of a design that puts 2 tokens' heads in N (S^T = K Q^T).
 #include "wgmma_probe.h"
 
 #include <algorithm>
@@ -154,6 +156,9 @@ int run_wgmma_probe() {
       {"S n64 SS alone", {kS64Ss, kIdle, kIdle}},
       {"S n64 SS, 2 warpgroups", {kS64Ss, kS64Ss, kIdle}},
       {"FlashMLA's shapes: S n64 SS x2 + PV n256", {kS64Ss, kS64Ss, kPv256}},
+      // Both operands from shared memory at N = 32 (3 KB per 16 cycles of math): what S^T = K Q^T
+      // of 2 tokens (M = 64 keys, N = 32 heads) would issue; 66 % on the H100 (run 369).
+      {"S n32 SS, 3 warpgroups", {kS32Ss, kS32Ss, kS32Ss}},
   };
   const long long budget = 2000000;  // cycles per warpgroup (~1.1 ms)
   long long* d_out = nullptr;
