@@ -15,6 +15,7 @@ TEST(IndexAnalysis, OneTokenByHand) {
   EXPECT_EQ(s.padding, 3);
   EXPECT_EQ(s.out_of_range, 2);  // 100 and -3
   EXPECT_EQ(s.first_padding, 3);
+  EXPECT_EQ(s.last_valid, 7);    // the second 4; 100 and -3 are not valid
   EXPECT_FALSE(s.left_packed);
   EXPECT_FALSE(s.sorted);
   EXPECT_EQ(s.runs, 4);          // [3,4,5] [40,41] [7] [4]
@@ -36,6 +37,7 @@ TEST(IndexAnalysis, CapturedStyleTokensAndSharing) {
   EXPECT_EQ(s.tokens_sorted, 2);
   EXPECT_EQ(s.min_valid, 4);
   EXPECT_EQ(s.max_valid, 5);
+  EXPECT_EQ(s.list_length, 5);   // token 1's last valid entry at position 4
   EXPECT_EQ(s.pages_touched, 1);
   EXPECT_DOUBLE_EQ(s.mean_runs, 1.0);
   EXPECT_EQ(per[1].longest_run, 5);
@@ -52,6 +54,7 @@ TEST(IndexAnalysis, UnionsOfFourTokenGroups) {
   EXPECT_EQ(s.group_union_rows, 4 + 1 + 3);
   EXPECT_NEAR(s.group_union_ratio(), 8.0 / 13.0, 1e-12);
   EXPECT_EQ(s.unique_rows, 6);
+  EXPECT_EQ(s.list_length, 3);   // token 5's 9 at the last position
   // The same groups' unions, ascending, and with groups of 4 and of 5 tokens.
   const auto u4 = analysis::group_unions(idx, 6, 3, 100, 4);
   ASSERT_EQ(u4.size(), 2u);

@@ -117,6 +117,20 @@ def test_non_contiguous_q():
     check(dsa.sparse_mla_forward(qn, qp, ckv, kpe, idx, SM_SCALE), reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE))
 
 
+def test_indices_sliced_to_their_valid_length():
+    # Left-packed lists (contexts shorter than topk): a caller passes sparse_indices[:, :L], a view
+    # with the full row stride. Positions past L hold valid-looking rows that must not be read.
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=6, pattern="run", seed=13)
+    idx[:, 300:] = -1  # contexts of at most 300 rows
+    L = int(((idx >= 0).int() * torch.arange(1, idx.shape[1] + 1, device=DEV, dtype=torch.int32)).max())
+    assert L < idx.shape[1]
+    wide = idx.clone()
+    wide[:, L:] = torch.arange(idx.shape[1] - L, device=DEV, dtype=torch.int32) % (ckv.shape[0] * ckv.shape[1])
+    view = wide[:, :L]
+    assert not view.is_contiguous()
+    check(dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, view, SM_SCALE), reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE))
+
+
 def test_out_buffers_are_reused():
     out = torch.full((3, 16, 512), float("nan"), device=DEV, dtype=torch.bfloat16)
     lse = torch.full((3, 16), float("nan"), device=DEV)

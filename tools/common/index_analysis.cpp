@@ -23,6 +23,7 @@ TokenStats analyze_token(const int32_t* idx, int topk, int64_t num_rows, int pag
       continue;
     }
     ++s.valid;
+    s.last_valid = k;
     if (s.first_padding >= 0) s.left_packed = false;
     if (prev >= 0 && r < prev) s.sorted = false;
     if (!seen.insert(r).second) ++s.duplicates;
@@ -91,6 +92,7 @@ Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk,
     s.tokens_left_packed += ts.left_packed;
     s.tokens_sorted += ts.sorted;
     s.tokens_empty += ts.valid == 0;
+    s.list_length = std::max(s.list_length, ts.last_valid + 1);
     s.mean_runs += ts.runs;
     s.mean_longest_run += ts.longest_run;
     s.mean_pages += ts.pages_touched;

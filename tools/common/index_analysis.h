@@ -13,6 +13,7 @@ struct TokenStats {
   int padding = 0;        // -1 entries
   int out_of_range = 0;   // anything else
   int first_padding = -1; // position of the first -1 (-1: none)
+  int last_valid = -1;      // position of the last valid entry (-1: none)
   bool left_packed = true;  // no valid entry after the first -1
   bool sorted = true;       // valid entries ascending (ties allowed)
   int runs = 0;             // maximal runs of consecutive rows (r, r+1, ...) among valid entries, in order
@@ -29,6 +30,10 @@ struct Summary {
   // groups: the rows the shared-rows kernel gathers (its union entries).
   int64_t group_union_rows = 0;
   int min_valid = 0, median_valid = 0, max_valid = 0;
+  // Positions a call must read: every valid entry sits in each list's first list_length positions
+  // (the last one's position + 1, over the tokens; 0 when none is valid). A caller that knows it
+  // (contexts shorter than topk) passes topk = list_length with the lists' full row stride.
+  int list_length = 0;
   int tokens_left_packed = 0, tokens_sorted = 0, tokens_empty = 0;
   double mean_runs = 0, mean_longest_run = 0, mean_pages = 0;
   int64_t pages_touched = 0;     // distinct pages over all tokens

@@ -47,6 +47,10 @@ struct Options : TimingOptions {
   int T = 0, heads = 16, topk = 2048, page_size = 64, num_pages = 8462, prefix_len = 8192;
   std::string pattern = "random";
   std::vector<int> valid;
+  // Read only each list's first positions, as a caller whose tokens' valid entries all sit there
+  // passes topk = that length with the lists' full row stride: "off" (all topk), a number, or
+  // "auto" (each case's own: its last valid entry's position + 1, the most over its tokens).
+  std::string list_length = "off";
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0, fused_rows = 0;
   std::string row_order = "auto";
@@ -378,6 +382,21 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.c = c;
   const int T = c.indices.num_tokens, H = c.num_heads, topk = c.indices.topk;
   const auto indices = case_indices(c, o.seed);
+  // --list-length: the call reads positions [0, list_length) of each list (the case's lists keep
+  // their topk stride). A number is refused where a valid entry sits further on: the time would be
+  // of less work.
+  int last_valid = -1;  // the last valid entry's position, over the tokens
+  for (int t = 0; t < T; ++t)
+    for (int k = topk - 1; k > last_valid; --k)
+      if (detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows()))) {
+        last_valid = k;
+        break;
+      }
+  const int list_length = o.list_length == "off" ? topk : o.list_length == "auto" ? std::max(last_valid + 1, 1)
+                                                                                 : std::min(std::stoi(o.list_length), topk);
+  if (list_length <= last_valid)
+    throw Error("--list-length " + o.list_length + ": case " + c.name + " has a valid entry at position " + std::to_string(last_valid));
+  if (list_length < topk) res.c.name += "/L" + std::to_string(list_length);
   int most_valid = 0;  // a token's valid rows, at most (the per-token floor's candidates)
   for (int t = 0; t < T; ++t) {
     int valid = 0;
@@ -395,16 +414,17 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   DevicePtr d_ref_lse(device_copy(std::vector<float>(lse_n, NAN)));
 
   SparseMlaProblem p;
-  p.num_tokens = T; p.num_heads = H; p.topk = topk;
+  p.num_tokens = T; p.num_heads = H; p.topk = list_length;
   p.page_size = cache.page_size; p.num_pages = cache.num_pages; p.sm_scale = c.sm_scale;
   p.q_nope = d_qn.get(); p.q_pe = d_qp.get();
   cache.point(p, false);
   p.indices = static_cast<const int32_t*>(d_idx.get());
+  p.indices_token_stride = topk;
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   p.index_sharing = index_sharing(o);
   validate(p);
   PlanChoice choice = plan_choice(o);
-  res.plan = plan_sparse_mla(T, H, topk, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format);
+  res.plan = plan_sparse_mla(T, H, list_length, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format);
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
@@ -685,6 +705,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_tokens", r.c.indices.num_tokens},
                    {"num_heads", r.c.num_heads},
                    {"topk", r.c.indices.topk},
+                   {"list_length", r.plan.topk},  // the positions the call read (--list-length)
                    {"page_size", r.c.indices.page_size},
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
@@ -905,6 +926,10 @@ int run_inspect(const Options& o, int tokens_shown) {
                 static_cast<long long>(sum.valid), sum.min_valid, sum.median_valid, sum.max_valid,
                 static_cast<long long>(sum.padding), static_cast<long long>(sum.out_of_range),
                 static_cast<long long>(sum.duplicates), sum.tokens_empty);
+    if (sum.list_length < s.topk)
+      std::printf("         list length %d: every valid entry sits in the first %d of the %d positions; a call with "
+                  "topk = %d over the same lists (stride %d) plans for that (dsa-bench --list-length %d)\n",
+                  sum.list_length, sum.list_length, s.topk, std::max(sum.list_length, 1), s.topk, std::max(sum.list_length, 1));
     std::printf("         left-packed tokens %d/%d, sorted %d/%d, mean runs %.1f (longest %.1f), mean pages %.1f, "
                 "pages touched %lld\n",
                 sum.tokens_left_packed, s.num_tokens, sum.tokens_sorted, s.num_tokens, sum.mean_runs,
@@ -997,6 +1022,11 @@ int main(int argc, char** argv) {
   app.add_option("--pattern", o.pattern, "custom case: index pattern");
   app.add_option("--valid", o.valid, "custom case (runs): valid entries per token (comma-separated)")->delimiter(',');
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
+  app.add_option("--list-length", o.list_length,
+                 "off, L or auto: call with topk = L over each list's first L positions (the lists' stride unchanged), "
+                 "as a caller does whose tokens' valid entries all sit there (short contexts); auto: each case's own "
+                 "(its last valid entry's position + 1); L is refused for a case with valid entries further on")
+      ->check(CLI::IsMember({"off", "auto"}) | CLI::Range(1, 1 << 20));
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
