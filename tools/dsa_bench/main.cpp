@@ -382,28 +382,26 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.c = c;
   const int T = c.indices.num_tokens, H = c.num_heads, topk = c.indices.topk;
   const auto indices = case_indices(c, o.seed);
+  int most_valid = 0;  // a token's valid rows, at most (the per-token floor's candidates)
+  int last_valid = -1;  // the last valid entry's position, over the tokens
+  for (int t = 0; t < T; ++t) {
+    int valid = 0;
+    for (int k = 0; k < topk; ++k)
+      if (detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows()))) {
+        ++valid;
+        last_valid = std::max(last_valid, k);
+      }
+    res.entries += valid;
+    most_valid = std::max(most_valid, valid);
+  }
   // --list-length: the call reads positions [0, list_length) of each list (the case's lists keep
   // their topk stride). A number is refused where a valid entry sits further on: the time would be
   // of less work.
-  int last_valid = -1;  // the last valid entry's position, over the tokens
-  for (int t = 0; t < T; ++t)
-    for (int k = topk - 1; k > last_valid; --k)
-      if (detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows()))) {
-        last_valid = k;
-        break;
-      }
   const int list_length = o.list_length == "off" ? topk : o.list_length == "auto" ? std::max(last_valid + 1, 1)
                                                                                  : std::min(std::stoi(o.list_length), topk);
   if (list_length <= last_valid)
     throw Error("--list-length " + o.list_length + ": case " + c.name + " has a valid entry at position " + std::to_string(last_valid));
   if (list_length < topk) res.c.name += "/L" + std::to_string(list_length);
-  int most_valid = 0;  // a token's valid rows, at most (the per-token floor's candidates)
-  for (int t = 0; t < T; ++t) {
-    int valid = 0;
-    for (int k = 0; k < topk; ++k) valid += detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows())) ? 1 : 0;
-    res.entries += valid;
-    most_valid = std::max(most_valid, valid);
-  }
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
   const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
   DevicePtr d_qn(device_copy(q_nope)), d_qp(device_copy(q_pe)), d_idx(device_copy(indices));
