@@ -377,6 +377,17 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
   return best;
 }
 
+// --list-length: the positions [0, L) of each list a call reads (the lists keep their topk
+// stride), from the option and the case's last valid position over its tokens (-1: none). A
+// number is refused where a valid entry sits further on: the time would be of less work.
+int resolve_list_length(const Options& o, const std::string& case_name, int topk, int last_valid) {
+  if (o.list_length == "off") return topk;
+  const int length = o.list_length == "auto" ? std::max(last_valid + 1, 1) : std::min(std::stoi(o.list_length), topk);
+  if (length <= last_valid)
+    throw Error("--list-length " + o.list_length + ": case " + case_name + " has a valid entry at position " + std::to_string(last_valid));
+  return length;
+}
+
 Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer which, const Options& o, int sm_count) {
   Result res;
   res.c = c;
@@ -394,13 +405,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     res.entries += valid;
     most_valid = std::max(most_valid, valid);
   }
-  // --list-length: the call reads positions [0, list_length) of each list (the case's lists keep
-  // their topk stride). A number is refused where a valid entry sits further on: the time would be
-  // of less work.
-  const int list_length = o.list_length == "off" ? topk : o.list_length == "auto" ? std::max(last_valid + 1, 1)
-                                                                                 : std::min(std::stoi(o.list_length), topk);
-  if (list_length <= last_valid)
-    throw Error("--list-length " + o.list_length + ": case " + c.name + " has a valid entry at position " + std::to_string(last_valid));
+  const int list_length = resolve_list_length(o, c.name, topk, last_valid);
   if (list_length < topk) res.c.name += "/L" + std::to_string(list_length);
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
   const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
@@ -938,7 +943,9 @@ int run_inspect(const Options& o, int tokens_shown) {
     std::printf("         %d-token groups: unions of %.1f%% of their valid entries (100%%: no sharing; shared-rows "
                 "won at ~67%%, lost at ~91%%, perf.md run 118)\n",
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
-    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, s.topk, dev, {}, index_sharing(o));
+    const int list_length = resolve_list_length(o, c.name, s.topk, sum.list_length - 1);
+    if (list_length < s.topk) std::printf("--list-length %s: planned as topk %d\n", o.list_length.c_str(), list_length);
+    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o));
     if (plan.kernel == SparseMlaKernel::shared_rows) {
       // The passes before the main kernel: see SparseMlaPlan::union_pass.
       const char* passes = !plan.union_pass ? "" : plan.splits > 1 ? "a union pass, then " : "a union pass, an order pass, then ";
@@ -1020,11 +1027,12 @@ int main(int argc, char** argv) {
   app.add_option("--pattern", o.pattern, "custom case: index pattern");
   app.add_option("--valid", o.valid, "custom case (runs): valid entries per token (comma-separated)")->delimiter(',');
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix): sequence length");
-  app.add_option("--list-length", o.list_length,
-                 "off, L or auto: call with topk = L over each list's first L positions (the lists' stride unchanged), "
-                 "as a caller does whose tokens' valid entries all sit there (short contexts); auto: each case's own "
-                 "(its last valid entry's position + 1); L is refused for a case with valid entries further on")
-      ->check(CLI::IsMember({"off", "auto"}) | CLI::Range(1, 1 << 20));
+  const char* list_length_help =
+      "off, L or auto: call with topk = L over each list's first L positions (the lists' stride unchanged), as a "
+      "caller does whose tokens' valid entries all sit there (short contexts); auto: each case's own (its last valid "
+      "entry's position + 1); L is refused for a case with valid entries further on";
+  const auto list_length_values = CLI::IsMember({"off", "auto"}) | CLI::Range(1, 1 << 20);
+  app.add_option("--list-length", o.list_length, list_length_help)->check(list_length_values);
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
@@ -1066,6 +1074,7 @@ int main(int argc, char** argv) {
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
   inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: unknown, consecutive, none")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
+  inspect->add_option("--list-length", o.list_length, list_length_help)->check(list_length_values);
   dsa::bench::DenseOptions dense_o;
   CLI::App* dense = app.add_subcommand("dense", "verify and time the dense attention forward");
   dense->add_option("--suite", dense_o.suite, "built-in suite: targets, smoke")
