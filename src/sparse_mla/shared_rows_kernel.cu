@@ -49,8 +49,8 @@
 //   4. fp8_ds_mla caches (kFp8 instances): each output warpgroup gathers its half of a row's 656
 //      bytes (256 e4m3 values into the upper half of its columns, 8 lanes to a 128-byte row as a
 //      bf16 gather; the 4 scales; its 32 kpe values, bf16, where a bf16 row keeps them) and,
-//      while its P V of the tile two back runs, converts the e4m3 chunks in place to f16 x their
-//      block's scale (cvt.rn.f16x2.e4m3x2, mul.rn.f16x2). Q is f16 times 2^-shift (the CTA's
+//      once they have landed (before it waits for P of the tile two back), converts the e4m3
+//      chunks in place to f16 x their block's scale (cvt.rn.f16x2.e4m3x2, mul.rn.f16x2). Q is f16 times 2^-shift (the CTA's
 //      largest element to [2^14, 2^15)), S's ckv k-steps are f16 wgmmas, its kpe ones bf16, and
 //      S is multiplied by 2^shift; P is f16, and P V reads it from shared memory (wgmma's A
 //      operand), which leaves the output warpgroups the registers the conversion needs. The
@@ -178,6 +178,13 @@
 //               32 heads T = 1024 791-796 / 730 (891-894), 64 heads T = 64 74.2 / 83.6 (79.7-80.4),
 //               T = 1024 843-848 / 809 (939-946), 128 heads T = 8 31.6-31.9 / 29.8 (33.2-33.5).
 //               bf16 within -1.3 .. +0.3 % of before.
+//   v18         fp8: a landed tile converted and announced before the wait for P, as a bf16 tile is
+//               announced (was: while P V of the tile two back ran, since run 316, when converting
+//               first was slower); two steps' loads at a time (no spill). The scores warpgroup had
+//               waited 40 us per CTA for tiles (bf16's 11, run 370). fp8, A/B twice (run 377, us):
+//               prefill T = 4096 1756 / 1770 -> 1705 / 1697, T = 2048 963 / 952 -> 926 / 933, random
+//               T = 1024 at 32 / 64 / 128 heads 787 / 836 / 1615 -> 770 / 824 / 1580 (second
+//               round alike), 64 heads T = 64 73.8 -> 73.4 / 72.9; bf16 prefill unchanged (1569 / 1567).
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
@@ -1159,38 +1166,39 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     unsigned wait_p = 0, wait_issued = 0, wait_pv = 0, convert_time = 0, gather_time = 0, wait_landed = 0;  // kTimed
     // fp8: this warpgroup's e4m3 chunks of a landed tile become f16 (e4m3 x its block's scale) over
     // its columns. Each lane converts the chunk it copied; the 16 lanes of a row read the chunks
-    // and their scale (lane 0's copy) before (__syncwarp) any of them writes over them. Software
-    // pipelined: step k + 1's loads go out before step k's conversion, so a tile exposes one
-    // shared-load latency, not one per step (fp8 prefill -4.5 %, runs 327-328).
+    // and their scale (lane 0's copy) before (__syncwarp) any of them writes over them. Two steps
+    // (rows 8 apart) at a time: both steps' loads, one __syncwarp, both conversions. (One step at a
+    // time, the next one's loads ahead, spilled 16 bytes here once the conversion moved before
+    // the wait for P, run 376; all four steps at once 12.)
     const uint32_t f8_scale = dst_f8_scales + og * 8 + (f8_lane < kFp8ScaleDims / 16 ? 0 : 4);  // this lane's block
     auto convert_fp8_tile = [&](int tile) {
       uint8_t* stage = smem + kTilesOffset + (tile % kStages) * kTileBytes;
-      constexpr int kSteps = kTileEntries / 8;  // rows 8 apart: the same swizzle
+      constexpr int kSteps = kTileEntries / 8, kBatch = 2;  // rows 8 apart: the same swizzle
       __syncwarp();  // every lane's copies have landed (cp.async.wait_group before this)
-      uint4 raw = *reinterpret_cast<const uint4*>(stage + dst_f8_raw);
-      float block_scale = *reinterpret_cast<const float*>(stage + f8_scale);
 #pragma unroll
-      for (int k = 0; k < kSteps; ++k) {
-        uint8_t* rows = stage + k * 8 * 128;
-        __syncwarp();  // step k's chunks and scales read before any lane writes over them
-        uint4 next_raw = raw;
-        float next_scale = block_scale;
-        if (k + 1 < kSteps) {
-          next_raw = *reinterpret_cast<const uint4*>(rows + 8 * 128 + dst_f8_raw);
-          next_scale = *reinterpret_cast<const float*>(rows + 8 * 128 + f8_scale);
+      for (int k0 = 0; k0 < kSteps; k0 += kBatch) {
+        uint4 raw[kBatch];
+        float block_scale[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          raw[k] = *reinterpret_cast<const uint4*>(stage + (k0 + k) * 8 * 128 + dst_f8_raw);
+          block_scale[k] = *reinterpret_cast<const float*>(stage + (k0 + k) * 8 * 128 + f8_scale);
         }
-        const uint32_t f = ptx::pack_f16x2(block_scale, block_scale);
-        const auto convert8 = [&](uint32_t a, uint32_t b) {  // 8 e4m3 -> 8 f16 x f
-          const uint2 x = ptx::e4m3x4_to_f16x4(a), y = ptx::e4m3x4_to_f16x4(b);
-          return make_uint4(ptx::mul_f16x2(x.x, f), ptx::mul_f16x2(x.y, f), ptx::mul_f16x2(y.x, f), ptx::mul_f16x2(y.y, f));
-        };
-        // Lanes with i / 4 odd store the upper half first: 8 lanes' stores then touch 8 distinct
-        // bank groups.
-        const bool odd = f8_odd != 0;
-        *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd)) = convert8(odd ? raw.z : raw.x, odd ? raw.w : raw.y);
-        *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd ^ 16)) = convert8(odd ? raw.x : raw.z, odd ? raw.y : raw.w);
-        raw = next_raw;
-        block_scale = next_scale;
+        __syncwarp();  // the chunks and scales read before any lane writes over them
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+          uint8_t* rows = stage + (k0 + k) * 8 * 128;
+          const uint32_t f = ptx::pack_f16x2(block_scale[k], block_scale[k]);
+          const auto convert8 = [&](uint32_t a, uint32_t b) {  // 8 e4m3 -> 8 f16 x f
+            const uint2 x = ptx::e4m3x4_to_f16x4(a), y = ptx::e4m3x4_to_f16x4(b);
+            return make_uint4(ptx::mul_f16x2(x.x, f), ptx::mul_f16x2(x.y, f), ptx::mul_f16x2(y.x, f), ptx::mul_f16x2(y.y, f));
+          };
+          // Lanes with i / 4 odd store the upper half first: 8 lanes' stores then touch 8
+          // distinct bank groups.
+          const bool odd = f8_odd != 0;
+          *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd)) = convert8(odd ? raw[k].z : raw[k].x, odd ? raw[k].w : raw[k].y);
+          *reinterpret_cast<uint4*>(rows + (dst_f8_lo ^ f8_odd ^ 16)) = convert8(odd ? raw[k].x : raw[k].z, odd ? raw[k].y : raw[k].w);
+        }
       }
     };
     // Tile j is announced once the warp's copies landed: wait_group, then (fp8: the conversion)
@@ -1225,14 +1233,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       // completed, the scores of it were done before P of tile j - 1 came), and tile j + kStages
       // - 2 is announced once it has landed: the scores warpgroup sees tiles two ahead of the P
       // it hands over. Issued before the waits below, which the gathers' address math overlaps.
-      // fp8: tile j + kStages - 2 is converted and announced while P V of tile j runs (below).
+      // fp8: tile j + kStages - 2 is converted before the wait for P, not while P V of tile j runs
+      // (run 376: prefill -3 %, 32-128 heads -1 to -2 %; the scores warpgroup had waited for it).
       if (j + kStages - 1 < num_tiles) timed(gather_time, [&] { load_tile(j + kStages - 1, next_row); });
       // The next tile's rows: two dependent shared loads, which land while this iteration runs
       // instead of stalling the gathers' issue (fp8 prefill -1 %, run 332).
       next_row = j + kStages < num_tiles ? entry_row(j + kStages) : -1;
       ptx::cp_async_commit();
       timed(wait_landed, [] { ptx::cp_async_wait<1>(); });
-      if (!kFp8 && j + kStages - 2 < num_tiles) announce(j + kStages - 2);
+      if (j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       timed(wait_p, [&] { ptx::mbarrier_wait(&p_full[j % 2], (j / 2) & 1); });
       const float a0 = s_alpha[(j % 2) * kRows + row0], a1 = s_alpha[(j % 2) * kRows + row0 + 8];
       const uint32_t pb = ptx::smem_addr(s_p + (j % 2) * kPBytes);
@@ -1273,10 +1282,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         else
           wgmma::mma_rs_bf16_n256_bT(o, pa[kk], wgmma::desc_sw128(v_base + kk * 16 * 128, kTileEntries * 128, 1024), 1);
       wgmma::commit();
-      // fp8: the conversion of tile j + 2 fills the wait for P V. It is announced later than a
-      // bf16 tile, but before the scores warpgroup, which has just issued S of tile j + 1, needs it
-      // (prefill T = 4096 2113 -> 2024 us, 32 heads random T = 1024 941 -> 894, run 316).
-      if (kFp8 && j + kStages - 2 < num_tiles) announce(j + kStages - 2);
       timed(wait_pv, [] { wgmma::wait<0>(); });
       wgmma::pin(o);
       if constexpr (kFp8) cuda::ptx::mbarrier_arrive(&p_empty[j % 2]);  // P read by the wgmmas
