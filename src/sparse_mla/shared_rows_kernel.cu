@@ -50,14 +50,14 @@
 //      bytes (256 e4m3 values into the upper half of its columns, 8 lanes to a 128-byte row as a
 //      bf16 gather; the 4 scales; its 32 kpe values, bf16, where a bf16 row keeps them) and,
 //      once they have landed (before it waits for P of the tile two back), converts the e4m3
-//      chunks in place to f16 x their block's scale (cvt.rn.f16x2.e4m3x2, mul.rn.f16x2). Q is f16 times 2^-shift (the CTA's
-//      largest element to [2^14, 2^15)), S's ckv k-steps are f16 wgmmas, its kpe ones bf16, and
-//      S is multiplied by 2^shift; P is f16, and P V reads it from shared memory (wgmma's A
-//      operand), which leaves the output warpgroups the registers the conversion needs. The
-//      f16 values round e4m3 x scale to 11 bits (a split-K fp8 tile is exact): logits carry a
-//      relative error of ~2^-12, an lse error of ~1e-3 at the tests' sizes (run 318). A scale
-//      above 146 (e4m3 x scale > 65504) overflows f16: caches quantized as scale = amax / 448
-//      from values below 65504 never hold one.
+//      chunks in place to f16 x their block's scale (cvt.rn.f16x2.e4m3x2, mul.rn.f16x2). Q is
+//      f16 times 2^-shift (the CTA's largest element to [2^14, 2^15)), S's ckv k-steps are f16
+//      wgmmas, its kpe ones bf16, and S is multiplied by 2^shift; P is f16, and P V reads it
+//      from shared memory (wgmma's A operand), which leaves the output warpgroups the registers
+//      the conversion needs. The f16 values round e4m3 x scale to 11 bits (a split-K fp8 tile
+//      is exact): logits carry a relative error of ~2^-12, an lse error of ~1e-3 at the tests'
+//      sizes (run 318). A scale above 146 (e4m3 x scale > 65504) overflows f16: caches
+//      quantized as scale = amax / 448 from values below 65504 never hold one.
 // The tensor cores compute every (query row, entry) pair, also those of entries another token
 // listed: at the bench's prefill overlap (uniform random subsets of a prefix, ~1/3 shared)
 // that is ~2.4x the useful MMA work, traded for 0.6x the L2 traffic and shared-memory reads
