@@ -6,7 +6,8 @@
 //   lse[t,h] = log2(sum_k exp(logit[k]))              (fp32, base 2)
 // A row index r is valid when 0 <= r < num_pages * page_size. Anything else (-1 padding, or an
 // out-of-range value) is skipped and never read; count_invalid_indices() reports the out-of-range
-// ones for callers who want to check. A token with no valid entry gets out = 0 and lse = -inf.
+// ones for callers who want to check. With SparseMlaProblem::topk_lengths a token's list ends at
+// its length. A token with no valid entry gets out = 0 and lse = -inf.
 // Duplicate indices count once per occurrence (as the dense formula over the index list does).
 // The cache is bf16 (ckv and kpe rows) or FP8 in DeepSeek-V3.2's layout (KvCacheFormat), whose
 // ckv values are fp8 e4m3 x an fp32 scale per 128 dims.
@@ -86,6 +87,10 @@ struct SparseMlaProblem {
 
   const int32_t* indices = nullptr;  // int32 [T, topk], flat rows page * page_size + offset
   int64_t indices_token_stride = 0;  // packed: topk
+  // Optional, int32 [T] in device memory (FlashMLA's topk_length): token t's list is its first
+  // min(max(topk_lengths[t], 0), topk) entries, and the entries past that are ignored whatever
+  // they hold (stale rows included). nullptr: every token lists all topk entries.
+  const int32_t* topk_lengths = nullptr;
 
   void* out = nullptr;  // bf16 [T, H, 512]
   int64_t out_token_stride = 0, out_head_stride = 0;  // packed: H*512, 512
@@ -224,7 +229,8 @@ void make_sparse_mla_schedule(const SparseMlaProblem& problem, const SparseMlaPl
                               size_t schedule_bytes, cudaStream_t stream);
 
 // Adds to *d_count (device int64, caller zeroes it) the number of entries of indices[T, topk]
-// outside [-1, num_rows). Asynchronous on `stream`.
+// outside [-1, num_rows), over all topk entries of each list (no topk_lengths). Asynchronous on
+// `stream`.
 void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
                            int64_t num_rows, long long* d_count, cudaStream_t stream);
 // The same count over a host array.

@@ -67,11 +67,22 @@ void check_cache(const at::Tensor& ckv, const at::Device& dev) {
   check_pages_contiguous(ckv, "ckv_cache");
 }
 
+// The optional per-token list lengths (FlashMLA's topk_length): int32 [T] on the op's device, or
+// nullptr when absent.
+const int32_t* list_lengths(const c10::optional<at::Tensor>& lengths, int64_t T, const at::Device& dev) {
+  if (!lengths.has_value()) return nullptr;
+  check_input(*lengths, "topk_length", at::kInt, 1, dev);
+  TORCH_CHECK(lengths->size(0) == T, "dsa.sparse_mla_forward: topk_length must be [T] with T = ", num(T), ", got ",
+              shape(lengths->sizes()));
+  return lengths->data_ptr<int32_t>();
+}
+
 // Fills a dsa::SparseMlaProblem from tensors, checking what the C++ API cannot see (dtypes,
 // devices, shapes, the paged layout of the caches). An fp8_ds_mla ckv_cache comes without kpe_cache.
 dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
                                    const c10::optional<at::Tensor>& kpe_opt, const at::Tensor& idx, double sm_scale,
-                                   const at::Tensor& out, const at::Tensor& lse, c10::string_view index_sharing) {
+                                   const at::Tensor& out, const at::Tensor& lse, c10::string_view index_sharing,
+                                   const c10::optional<at::Tensor>& lengths) {
   const at::Device dev = q_nope.device();
   check_input(q_nope, "q_nope", at::kBFloat16, 3, dev);
   check_input(q_pe, "q_pe", at::kBFloat16, 3, dev);
@@ -124,6 +135,7 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   }
   p.indices = idx.data_ptr<int32_t>();
   p.indices_token_stride = stride(idx, 0);
+  p.topk_lengths = list_lengths(lengths, T, dev);
   p.out = out.data_ptr();
   p.out_token_stride = stride(out, 0);
   p.out_head_stride = stride(out, 1);
@@ -145,7 +157,7 @@ dsa::SparseMlaPlan balanced_plan(int64_t T, int64_t H, int64_t topk, const at::D
 
 // The schedule of a balanced forward (dsa::make_sparse_mla_schedule), made once per decode step
 // from any layer's indices: a uint8 tensor on the indices' device.
-at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_heads) {
+at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_heads, const c10::optional<at::Tensor>& lengths) {
   check_input(idx, "sparse_indices", at::kInt, 2, idx.device());
   check_cache(ckv, idx.device());
   const c10::cuda::CUDAGuard guard(idx.device());
@@ -161,6 +173,7 @@ at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_he
     p.page_size = static_cast<int>(ckv.size(1));
     p.indices = idx.data_ptr<int32_t>();
     p.indices_token_stride = idx.size(0) <= 1 ? 0 : idx.stride(0);
+    p.topk_lengths = list_lengths(lengths, idx.size(0), idx.device());
     if (plan.schedule_bytes > 0)
       dsa::make_sparse_mla_schedule(p, plan, sched.data_ptr(), plan.schedule_bytes, at::cuda::getCurrentCUDAStream());
   } catch (const dsa::Error& e) {
@@ -171,8 +184,8 @@ at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_he
 
 void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const c10::optional<at::Tensor>& kpe,
                  const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse, c10::string_view index_sharing,
-                 const c10::optional<at::Tensor>& sched) {
-  dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing);  // checks first
+                 const c10::optional<at::Tensor>& sched, const c10::optional<at::Tensor>& lengths) {
+  dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, lengths);  // checks first
   if (sched.has_value()) {
     check_input(*sched, "schedule", at::kByte, 1, q_nope.device());
     p.schedule = sched->data_ptr();
@@ -195,28 +208,30 @@ void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Ten
 
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
                                            const c10::optional<at::Tensor>& kpe, const at::Tensor& idx, double sm_scale,
-                                           c10::string_view index_sharing, const c10::optional<at::Tensor>& sched) {
+                                           c10::string_view index_sharing, const c10::optional<at::Tensor>& sched,
+                                           const c10::optional<at::Tensor>& lengths) {
   TORCH_CHECK(q_nope.dim() == 3, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
   at::Tensor out = at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16));
   at::Tensor lse = at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat));
-  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, sched);
+  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, sched, lengths);
   return {out, lse};
 }
 
 // Shapes only, for tracing (torch.compile, fake tensors).
 std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& q_nope, const at::Tensor&, const at::Tensor&,
                                                 const c10::optional<at::Tensor>&, const at::Tensor&, double, c10::string_view,
-                                                const c10::optional<at::Tensor>&) {
+                                                const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&) {
   return {at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16)),
           at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat))};
 }
 
 void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&,
-                      double, at::Tensor&, at::Tensor&, c10::string_view, const c10::optional<at::Tensor>&) {}
+                      double, at::Tensor&, at::Tensor&, c10::string_view, const c10::optional<at::Tensor>&,
+                      const c10::optional<at::Tensor>&) {}
 
 // The schedule's size needs the plan, so the device's SM count: the tracing device's (the CUDA
 // device the indices will be on; 0 when traced on the meta device).
-at::Tensor schedule_meta(const at::Tensor& idx, const at::Tensor&, int64_t num_heads) {
+at::Tensor schedule_meta(const at::Tensor& idx, const at::Tensor&, int64_t num_heads, const c10::optional<at::Tensor>&) {
   const at::Device device = idx.is_cuda() ? idx.device() : at::Device(at::kCUDA, 0);
   const dsa::SparseMlaPlan plan = balanced_plan(idx.size(0), num_heads, idx.size(1), device);
   return at::empty({static_cast<int64_t>(plan.schedule_bytes)}, idx.options().dtype(at::kByte));
@@ -228,12 +243,13 @@ TORCH_LIBRARY(dsa, m) {
   // index_sharing: the planner's hint (dsa::IndexSharing): "unknown", "consecutive" or "none".
   // schedule: a balanced plan's (dsa::SparseMlaPlan::balanced), from sparse_mla_schedule.
   // kpe_cache: None with an fp8_ds_mla ckv_cache (uint8 / float8_e4m3fn rows of 656 bytes).
+  // topk_length: int32 [T] or None, each token's list length (dsa::SparseMlaProblem::topk_lengths).
   m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor? kpe_cache, Tensor sparse_indices, "
-        "float sm_scale, str index_sharing=\"unknown\", Tensor? schedule=None) -> (Tensor, Tensor)");
+        "float sm_scale, str index_sharing=\"unknown\", Tensor? schedule=None, Tensor? topk_length=None) -> (Tensor, Tensor)");
   m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor? kpe_cache, "
         "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse, str index_sharing=\"unknown\", "
-        "Tensor? schedule=None) -> ()");
-  m.def("sparse_mla_schedule(Tensor sparse_indices, Tensor ckv_cache, int num_heads) -> Tensor");
+        "Tensor? schedule=None, Tensor? topk_length=None) -> ()");
+  m.def("sparse_mla_schedule(Tensor sparse_indices, Tensor ckv_cache, int num_heads, Tensor? topk_length=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(dsa, CUDA, m) {

@@ -1,11 +1,12 @@
 """dsa: sparse MLA attention (DeepSeek Sparse Attention) for Hopper, as PyTorch ops.
 
 torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
-                                 index_sharing="unknown", schedule=None)
+                                 index_sharing="unknown", schedule=None, topk_length=None)
     -> (out, lse)                      functional; what torch.compile and CUDA graphs see
-torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unknown", schedule=None) -> ()
+torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unknown", schedule=None,
+                                     topk_length=None) -> ()
                                        writes caller buffers
-torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, num_heads) -> schedule (uint8)
+torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, num_heads, topk_length=None) -> schedule (uint8)
                                        a balanced forward's schedule, once per decode step
 
 Shapes: q_nope [T, H, 512] bf16, q_pe [T, H, 64] bf16, ckv_cache [pages, page_size, 512] bf16,
@@ -13,6 +14,9 @@ kpe_cache [pages, page_size, 64] bf16, or an FP8 cache in DeepSeek-V3.2's layout
 ckv_cache [pages, page_size, 656] uint8 or float8_e4m3fn (512 e4m3 values, 4 fp32 scales per 128
 dims, 64 bf16 rope values per row) and kpe_cache None; sparse_indices [T, topk] int32 (flat rows
 page * page_size + offset, -1 = padding); out [T, H, 512] bf16, lse [T, H] fp32 (base 2).
+topk_length (FlashMLA's argument of that name): None, or int32 [T] on the same device, token t's
+list length: only sparse_indices[t, :topk_length[t]] is used (clamped to [0, topk]), whatever the
+entries past it hold. Pass the same tensor to sparse_mla_schedule and the forward.
 index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
 prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch,
 "unknown" (the default) when the call may be either. It matters at 16 and 32 heads only.
@@ -29,28 +33,28 @@ from . import _C  # noqa: F401  (registers torch.ops.dsa.*)
 __all__ = ["sparse_mla_forward", "sparse_mla_schedule", "run"]
 
 
-def sparse_mla_schedule(sparse_indices, ckv_cache, num_heads):
+def sparse_mla_schedule(sparse_indices, ckv_cache, num_heads, *, topk_length=None):
     """The balanced forward's schedule (a uint8 tensor), made on the current CUDA stream from one
     layer's indices; pass it as schedule= to every layer's forward of the same decode step."""
-    return torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, int(num_heads))
+    return torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, int(num_heads), topk_length)
 
 
 def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale, *, out=None, lse=None,
-                       index_sharing="unknown", schedule=None):
+                       index_sharing="unknown", schedule=None, topk_length=None):
     """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
     writes into them (and returns them), allocating whichever is missing. index_sharing:
     "unknown", "consecutive" (prefill) or "none" (decode), the planner's hint. schedule: from
-    sparse_mla_schedule, for the balanced plan."""
+    sparse_mla_schedule, for the balanced plan. topk_length: int32 [T], each token's list length."""
     if out is None and lse is None:
         return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale),
-                                                index_sharing, schedule)
+                                                index_sharing, schedule, topk_length)
     T, H = q_nope.shape[0], q_nope.shape[1]
     if out is None:
         out = torch.empty((T, H, 512), dtype=torch.bfloat16, device=q_nope.device)
     if lse is None:
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
     torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse,
-                                         index_sharing, schedule)
+                                         index_sharing, schedule, topk_length)
     return out, lse
 
 

@@ -2,6 +2,7 @@
 #include "common/arg_checks.h"
 #include "dsa/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -46,7 +47,8 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
   std::vector<int32_t> rows(p.topk);
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     int n = 0;
-    for (int k = 0; k < p.topk; ++k) {
+    const int listed = p.topk_lengths ? std::clamp(p.topk_lengths[t], 0, p.topk) : p.topk;
+    for (int k = 0; k < listed; ++k) {
       const int32_t r = p.indices[t * idx_s + k];
       if (r >= 0 && r < num_rows) rows[n++] = r;
     }

@@ -16,6 +16,7 @@ struct SparseMlaParams {
   const uint16_t* ckv;     // kv_fp8: the fp8_ds_mla rows (bytes; ckv_row_stride in bytes)
   const uint16_t* kpe;     // kv_fp8: unused
   const int32_t* indices;
+  const int32_t* topk_lengths;  // [T] or null (SparseMlaProblem::topk_lengths): see list_length
   uint16_t* out;
   float* lse;
   int64_t q_nope_token_stride, q_nope_head_stride;
@@ -70,6 +71,15 @@ enum SplitkStage { kStageLoad = 0, kStageScores = 1, kStageSoftmax = 2, kStageFu
 // count must agree exactly, and the shared-rows union pass must skip the same entries.
 __host__ __device__ inline bool names_a_row(int32_t index, int num_rows) {
   return static_cast<unsigned>(index) < static_cast<unsigned>(num_rows);
+}
+
+// How many of token t's index positions it lists: topk, or with topk_lengths its length clamped
+// to [0, topk]. Every kernel that reads indices treats a position at or past it as -1 (it may
+// load the entry, never use it), so all of them count the same valid rows.
+__host__ __device__ inline int list_length(const SparseMlaParams& p, int64_t t) {
+  if (p.topk_lengths == nullptr) return p.topk;
+  const int n = p.topk_lengths[t];
+  return n < 0 ? 0 : n > p.topk ? p.topk : n;
 }
 
 // Row order (SparseMlaPlan::row_order): rows are sorted by their top kRowOrderBucketBits bits

@@ -42,10 +42,11 @@ __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const
   const uint16_t* qp = p.q_pe + t * p.q_pe_token_stride + h * p.q_pe_head_stride;
   const int32_t* idx = p.indices + t * p.indices_token_stride;
   float* lg = logits + (int64_t)blockIdx.x * p.topk;
+  const int listed = list_length(p, t);
 
   float mx = -INFINITY;
   for (int k = threadIdx.x; k < p.topk; k += kRefThreads) {
-    const int r = idx[k];
+    const int r = k < listed ? idx[k] : -1;
     float v = -INFINITY;
     if (r >= 0 && r < p.num_rows) {
       float dot = 0.f;
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kRefThreads) sparse_mla_reference_kernel(const
     float acc = 0.f;
     if (sum > 0.f) {
       for (int k = 0; k < p.topk; ++k) {
-        const int r = idx[k];
+        const int r = k < listed ? idx[k] : -1;
         if (r >= 0 && r < p.num_rows)
           acc += expf(lg[k] - mx) / sum * ckv_value(p, r, d);
       }

@@ -517,8 +517,11 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
     if (pos >= p.topk) ++list, pos -= p.topk;
     const int g = list << pair;  // the list's (first) head block
     int row = -1;
-    if (q < num_positions && g < blocks_here)
-      row = __ldg(p.indices + (int64_t)(token0 + (g >> block_shift)) * p.indices_token_stride + pos);
+    if (q < num_positions && g < blocks_here) {
+      const int token = token0 + (g >> block_shift);
+      row = __ldg(p.indices + (int64_t)token * p.indices_token_stride + pos);
+      if (pos >= list_length(p, token)) row = -1;  // past the token's length (topk_lengths)
+    }
     const bool valid = names_a_row(row, p.num_rows);
     keys[j] = valid ? (static_cast<uint32_t>(row) << kKeyShift) | g : ~0u;
     row_lo = valid ? min(row_lo, row) : row_lo;
@@ -811,6 +814,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   } else {
     constexpr int kItems = (SparseMlaPlan::kMaxChunk + kThreads - 1) / kThreads;
     const int32_t* list = p.indices + static_cast<int64_t>(token_of_row(0)) * p.indices_token_stride;
+    const int listed = list_length(p, token_of_row(0));  // topk, or the token's length
     int32_t row[kItems];
     bool valid[kItems];
 #pragma unroll
@@ -819,7 +823,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       row[j] = k < p.topk ? __ldg(list + k) : -1;
     }
 #pragma unroll
-    for (int j = 0; j < kItems; ++j) valid[j] = names_a_row(row[j], p.num_rows);
+    for (int j = 0; j < kItems; ++j) valid[j] = j * kThreads + tid < listed && names_a_row(row[j], p.num_rows);
     int* counts = reinterpret_cast<int*>(s_p);  // free until the loop's first P
     num_entries = block_compact<kItems, kThreads>(valid, counts, [&](int rank, int j) {
       s_words[rank] = every_block_word(static_cast<uint32_t>(row[j]));

@@ -126,6 +126,7 @@ detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
   k.ckv = static_cast<const uint16_t*>(p.ckv_cache);
   k.kpe = static_cast<const uint16_t*>(p.kpe_cache);
   k.indices = p.indices;
+  k.topk_lengths = p.topk_lengths;
   k.out = static_cast<uint16_t*>(p.out);
   k.lse = p.lse;
   k.q_nope_token_stride = s.qn_t; k.q_nope_head_stride = s.qn_h;
@@ -176,6 +177,7 @@ static void validate_indices(const SparseMlaProblem& p) {
   require_pointer(p.indices, "indices", 4);
   const int64_t idx_stride = resolve(p).idx;
   if (idx_stride < p.topk) fail("indices_token_stride", "must be >= topk, got " + std::to_string(idx_stride));
+  if (p.topk_lengths != nullptr) require_pointer(p.topk_lengths, "topk_lengths", 4);  // optional
 }
 
 void validate(const SparseMlaProblem& p) {

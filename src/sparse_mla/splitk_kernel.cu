@@ -4,8 +4,9 @@
 //   1. The chunk's raw indices are loaded first (they head the critical path: indices -> rows),
 //      then Q (16 heads x 576) is staged in shared memory by cp.async.
 //   2. The indices are compacted in shared memory (ballot + popc, in position order): -1,
-//      out-of-range values and padding anywhere cost nothing after this. With the plan's row
-//      order the CTA's rows are then sorted by their top bits (below).
+//      out-of-range values, positions past the token's length (topk_lengths) and padding
+//      anywhere cost nothing after this. With the plan's row order the CTA's rows are then
+//      sorted by their top bits (below).
 //   3. Tiles of block_keys valid rows (ckv|kpe = 1152 B each) are gathered by 16-byte cp.async
 //      into padded shared rows, STAGES deep; Q moves into registers as mma A fragments, warp w
 //      keeping dims [144w, 144w+144) for the whole CTA.
@@ -280,15 +281,19 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
 __device__ __forceinline__ int warp_sum(int v) { return __reduce_add_sync(0xffffffffu, v); }
 
 // Token t's whole index list, kPer entries per thread of a kBlock-thread block (entry u * kBlock
-// + tid), every load in flight before any is used; -1 past topk.
+// + tid), every load in flight before any is used; -1 past topk and past the token's length.
 template <int kPer, int kBlock>
 __device__ __forceinline__ void load_token_list(const SparseMlaParams& p, int64_t t, int32_t (&r)[kPer]) {
   const int32_t* idx = p.indices + t * p.indices_token_stride;
+  const int len = list_length(p, t);
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
     const int k = u * kBlock + threadIdx.x;
     r[u] = k < p.topk ? __ldg(idx + k) : -1;
   }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u)
+    if (u * kBlock + threadIdx.x >= len) r[u] = -1;
 }
 
 // Token t's valid rows (names_a_row, as the compaction decides) and, for chunks of `chunk`
@@ -660,11 +665,19 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // lane, each warp a contiguous run, as block_bucket_compact wants. Either way one warp's load
   // is 128 contiguous bytes.
   const auto position = [&](int j) { return kRowOrder ? (warp * kIdxPerThread + j) * 32 + lane : j * kThreads + threadIdx.x; };
+  // Positions at or past the token's length are padding (topk_lengths); its load is in flight
+  // with the indices', which are loaded regardless and masked after.
+  const int listed_end = list_length(p, t) - (whole_list ? 0 : pos0);
   int my_row[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) {
     const int q = position(j);
     my_row[j] = (kRowOrder || j * kThreads < nlist) && q < nlist ? __ldg(idx + q) : -1;
+  }
+  if (listed_end < nlist) {
+#pragma unroll
+    for (int j = 0; j < kIdxPerThread; ++j)
+      if (position(j) >= listed_end) my_row[j] = -1;
   }
 
   // 2. Q -> shared (group 0 of cp.async).

@@ -113,6 +113,28 @@ TEST(Reference, OutOfRangeEntriesAreSkippedLikePadding) {
   EXPECT_EQ(with_bad.lse, cleaned.lse);
 }
 
+// topk_lengths ends each token's list: what lies past it (valid rows here) is as if it were -1;
+// a negative length is 0 and one above topk is topk.
+TEST(Reference, TopkLengthsEndEachList) {
+  HostProblem hp;
+  hp.T = 5;
+  hp.topk = 6;
+  hp.fill({}, 15);
+  for (size_t i = 0; i < hp.indices.size(); ++i) hp.indices[i] = static_cast<int32_t>(i % hp.rows());  // all valid
+  const std::vector<int32_t> lengths = {0, 1, 4, 9, -2};
+  SparseMlaProblem p = hp.view();
+  p.topk_lengths = lengths.data();
+  const RefOut with_lengths = run_ref(p);
+  const RefOut full = run_ref(hp.view());
+  for (int t = 0; t < hp.T; ++t)
+    for (int k = std::clamp(lengths[size_t(t)], 0, hp.topk); k < hp.topk; ++k) hp.indices[size_t(t) * hp.topk + k] = -1;
+  const RefOut cut = run_ref(hp.view());
+  EXPECT_EQ(with_lengths.out, cut.out);
+  EXPECT_EQ(with_lengths.lse, cut.lse);
+  EXPECT_NE(with_lengths.lse, full.lse);  // the lengths did cut something
+  EXPECT_EQ(with_lengths.lse[3 * hp.H], full.lse[3 * hp.H]);  // 9 > topk: the whole list
+}
+
 TEST(Reference, HonoursQueryStrides) {
   HostProblem hp;
   hp.T = 2;

@@ -224,6 +224,14 @@ TEST(Validate, NamesTheBadArgument) {
   mut([](SparseMlaProblem& p) { p.out_head_stride = 256; }, "out");        // rows of heads overlap
   mut([](SparseMlaProblem& p) { p.out_token_stride = 512 * 8; }, "out");   // tokens overlap
   mut([](SparseMlaProblem& p) { p.lse_token_stride = 8; }, "lse");
+  mut([&](SparseMlaProblem& p) { p.topk_lengths = reinterpret_cast<const int32_t*>(b.big.data() + 1); }, "topk_lengths");
+}
+
+TEST(Validate, TopkLengthsAreOptional) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  p.topk_lengths = b.idx.data();
+  EXPECT_NO_THROW(validate(p));
 }
 
 // An fp8_ds_mla cache is one array of 656-byte rows: a kpe cache or stride given with it, a row

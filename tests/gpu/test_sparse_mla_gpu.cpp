@@ -1278,6 +1278,111 @@ TEST_F(Gpu, StridedIndicesNeverReadPastTopk) {
   }
 }
 
+// ---- per-token list lengths (topk_lengths): entries past a token's length are never used ------
+// Every entry of every list names a row (random, a run, or a repeat), so an entry past a length
+// that were used would change the result. The reference runs on the same lists with those
+// entries set to -1 and no lengths. Lengths cover 0, negative, above topk, and the boundaries of
+// 32-position groups, chunks and the lean path's 2 rows.
+std::vector<int32_t> lengths_for(int T, int topk, uint64_t seed) {
+  const std::vector<int32_t> base = {0, 1, 2, 3, 31, 33, 64, 100, 511, 700, topk - 1, topk, topk + 5, -3};
+  std::vector<int32_t> len(static_cast<size_t>(T));
+  for (int t = 0; t < T; ++t) len[size_t(t)] = base[(t + seed) % base.size()];
+  return len;
+}
+
+HostProblem cut_at_lengths(const HostProblem& hp, const std::vector<int32_t>& len) {
+  HostProblem cut = hp;
+  for (int t = 0; t < hp.T; ++t)
+    for (int k = std::max(0, std::min(len[size_t(t)], hp.topk)); k < hp.topk; ++k) cut.indices[size_t(t) * hp.topk + k] = -1;
+  return cut;
+}
+
+TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  int seed = 0;
+  for (KvCacheFormat format : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (auto [T, H] : {std::tuple{1, 16}, std::tuple{9, 16}, std::tuple{64, 16}, std::tuple{8, 32}, std::tuple{2, 64},
+                        std::tuple{12, 128}, std::tuple{140, 64}}) {
+      const IndexPattern pattern = seed % 2 == 0 ? IndexPattern::random : IndexPattern::runs;
+      HostProblem hp = make_problem(T, H, 2048, 64, 128, pattern, 7000 + seed);
+      std::mt19937 rng(seed);
+      for (int32_t& r : hp.indices)  // no padding: every entry would count
+        if (r < 0) r = static_cast<int32_t>(rng() % hp.rows());
+      if (format == KvCacheFormat::fp8_ds_mla) hp.to_fp8(false);
+      const std::vector<int32_t> len = lengths_for(T, hp.topk, seed++);
+      std::vector<double> ro, rl;
+      reference(cut_at_lengths(hp, len), ro, rl);
+      DeviceProblem d(hp);
+      DeviceBuffer<int32_t> dlen(len);
+      SparseMlaProblem p = d.view();
+      p.topk_lengths = dlen.ptr;
+      // The planner's plan and each kernel forced, with and without fused rows and row order.
+      std::vector<std::pair<std::string, PlanChoice>> choices = {{"planner", {}}};
+      PlanChoice c;
+      c.kernel = PlanChoice::Kernel::split_k;
+      choices.push_back({"split_k", c});
+      c.fused_rows = -1;
+      choices.push_back({"split_k unfused", c});
+      c.fused_rows = 0;
+      c.row_order = 1;
+      choices.push_back({"split_k row order", c});
+      c = {};
+      c.kernel = PlanChoice::Kernel::shared_rows;
+      choices.push_back({"shared_rows", c});
+      c.splits = 3;
+      choices.push_back({"shared_rows 3 splits", c});
+      if (H >= 64 && T >= 64) {
+        c.splits = 0;
+        c.row_order = 1;
+        choices.push_back({"shared_rows row order", c});
+      }
+      for (const auto& [name, choice] : choices) {
+        const SparseMlaPlan plan = plan_sparse_mla(T, H, hp.topk, dev, choice, IndexSharing::unknown, format);
+        const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+        EXPECT_TRUE(a.ok()) << (format == KvCacheFormat::bf16 ? "bf16" : "fp8") << " T " << T << " H " << H << " "
+                            << name << " (splits " << plan.splits << ", fused_rows " << plan.fused_rows
+                            << ", union pass " << plan.union_pass << "): " << a.summary();
+      }
+      if (H != 16 || format != KvCacheFormat::bf16) continue;
+      // Balanced: the schedule counts each token's rows up to its length too.
+      PlanChoice b;
+      b.balanced = 1;
+      const SparseMlaPlan plan = plan_sparse_mla(T, H, hp.topk, dev, b);
+      DeviceBuffer<uint8_t> sched(plan.schedule_bytes);
+      make_sparse_mla_schedule(p, plan, sched.ptr, plan.schedule_bytes, nullptr);
+      SparseMlaProblem pb = p;
+      pb.schedule = sched.ptr;
+      pb.schedule_bytes = plan.schedule_bytes;
+      const Agreement a = forward_and_judge(d, pb, plan, ro, rl);
+      EXPECT_TRUE(a.ok()) << "balanced T " << T << ": " << a.summary();
+    }
+}
+
+// The GPU reference kernel honours lengths as the CPU reference does.
+TEST_F(Gpu, TopkLengthsInTheGpuReference) {
+  HostProblem hp = make_problem(14, 16, 300, 16, 64, IndexPattern::random, 77);
+  const std::vector<int32_t> len = lengths_for(hp.T, hp.topk, 3);
+  std::vector<double> ro, rl;
+  SparseMlaProblem host = hp.view();
+  host.topk_lengths = len.data();
+  std::vector<uint16_t> o_unused(16);
+  std::vector<float> l_unused(4);
+  host.out = o_unused.data();
+  host.lse = l_unused.data();
+  ro.resize(size_t(hp.T) * hp.H * kCkvDim);
+  rl.resize(size_t(hp.T) * hp.H);
+  sparse_mla_reference_cpu(host, ro.data(), rl.data());
+  DeviceProblem d(hp);
+  DeviceBuffer<int32_t> dlen(len);
+  SparseMlaProblem p = d.view();
+  p.topk_lengths = dlen.ptr;
+  d.poison();
+  sparse_mla_reference_gpu(p, nullptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  const Agreement a = judge(d, ro, rl);
+  EXPECT_TRUE(a.ok()) << a.summary();
+}
+
 // ---- T = 0 is a no-op: nothing launched, nothing written ---------------------------------------
 TEST_F(Gpu, ZeroTokensWritesNothing) {
   const HostProblem hp = make_problem(1, 16, 64, 64, 8, IndexPattern::random, 9);

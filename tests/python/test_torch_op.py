@@ -131,6 +131,30 @@ def test_indices_sliced_to_their_valid_length():
     check(dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, view, SM_SCALE), reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE))
 
 
+@pytest.mark.parametrize("H,T,index_sharing", [(16, 6, "unknown"), (16, 600, "consecutive"), (64, 3, "unknown")])
+def test_topk_length_ends_each_list(H, T, index_sharing):
+    # FlashMLA's topk_length: only sparse_indices[t, :topk_length[t]] is used, whatever lies past
+    # it (here valid rows); lengths below 0 count as 0, above topk as topk. Split-K, shared rows
+    # with a union pass (600 tokens, consecutive), shared rows at 64 heads, and a balanced plan.
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=T, H=H, num_pages=16, seed=17)
+    rows = ckv.shape[0] * ckv.shape[1]
+    idx = torch.where(idx >= 0, idx, torch.arange(idx.numel(), device=DEV, dtype=torch.int32).view_as(idx) % rows)
+    choices = torch.tensor([0, 1, 2, 33, 700, 2048, 5000, -4], dtype=torch.int32, device=DEV)
+    lengths = choices[torch.arange(T, device=DEV) % choices.numel()]
+    cut = idx.clone()
+    cut[torch.arange(idx.shape[1], device=DEV)[None, :] >= lengths.clamp(0, idx.shape[1])[:, None]] = -1
+    ref = reference(q_nope, q_pe, ckv, kpe, cut, SM_SCALE)
+    got = dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, index_sharing=index_sharing, topk_length=lengths)
+    check(got, ref)
+    if T <= 1024:
+        sched = dsa.sparse_mla_schedule(idx, ckv, H, topk_length=lengths)
+        check(dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, schedule=sched, topk_length=lengths), ref)
+    with pytest.raises(RuntimeError, match=r"topk_length must be \[T\]"):
+        dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, topk_length=lengths[:-1])
+    with pytest.raises(RuntimeError, match="topk_length must be Int"):
+        dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, topk_length=lengths.long())
+
+
 def test_out_buffers_are_reused():
     out = torch.full((3, 16, 512), float("nan"), device=DEV, dtype=torch.bfloat16)
     lse = torch.full((3, 16), float("nan"), device=DEV)

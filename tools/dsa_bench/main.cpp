@@ -380,8 +380,9 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
 // --list-length: the positions [0, L) of each list a call reads (the lists keep their topk
 // stride), from the option and the case's last valid position over its tokens (-1: none). A
 // number is refused where a valid entry sits further on: the time would be of less work.
+// "tokens" keeps topk and passes each token's own length instead (topk_lengths, see run_case).
 int resolve_list_length(const Options& o, const std::string& case_name, int topk, int last_valid) {
-  if (o.list_length == "off") return topk;
+  if (o.list_length == "off" || o.list_length == "tokens") return topk;
   const int length = o.list_length == "auto" ? std::max(last_valid + 1, 1) : std::min(std::stoi(o.list_length), topk);
   if (length <= last_valid)
     throw Error("--list-length " + o.list_length + ": case " + case_name + " has a valid entry at position " + std::to_string(last_valid));
@@ -395,21 +396,26 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const auto indices = case_indices(c, o.seed);
   int most_valid = 0;  // a token's valid rows, at most (the per-token floor's candidates)
   int last_valid = -1;  // the last valid entry's position, over the tokens
+  std::vector<int32_t> token_lengths(static_cast<size_t>(T));  // each token's last valid position + 1
   for (int t = 0; t < T; ++t) {
     int valid = 0;
     for (int k = 0; k < topk; ++k)
       if (detail::names_a_row(indices[size_t(t) * topk + k], int(cache.rows()))) {
         ++valid;
-        last_valid = std::max(last_valid, k);
+        token_lengths[size_t(t)] = k + 1;
       }
+    last_valid = std::max(last_valid, token_lengths[size_t(t)] - 1);
     res.entries += valid;
     most_valid = std::max(most_valid, valid);
   }
   const int list_length = resolve_list_length(o, c.name, topk, last_valid);
   if (list_length < topk) res.c.name += "/L" + std::to_string(list_length);
+  const bool per_token_lengths = o.list_length == "tokens";
+  if (per_token_lengths) res.c.name += "/Lt";
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
   const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
   DevicePtr d_qn(device_copy(q_nope)), d_qp(device_copy(q_pe)), d_idx(device_copy(indices));
+  DevicePtr d_lengths(per_token_lengths ? device_copy(token_lengths) : nullptr);
   const size_t out_n = size_t(T) * H * kCkvDim, lse_n = size_t(T) * H;
   DevicePtr d_out(device_copy(std::vector<uint16_t>(out_n, 0xffff)));  // poisoned: NaN
   DevicePtr d_lse(device_copy(std::vector<float>(lse_n, NAN)));
@@ -423,6 +429,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   cache.point(p, false);
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.indices_token_stride = topk;
+  p.topk_lengths = static_cast<const int32_t*>(d_lengths.get());
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   p.index_sharing = index_sharing(o);
   validate(p);
@@ -467,6 +474,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     hp.q_nope = q_nope.data(); hp.q_pe = q_pe.data();
     cache.point(hp, true);
     hp.indices = indices.data();
+    if (per_token_lengths) hp.topk_lengths = token_lengths.data();
     std::vector<uint16_t> dummy_out(16);
     std::vector<float> dummy_lse(4);
     hp.out = dummy_out.data();
@@ -1030,8 +1038,9 @@ int main(int argc, char** argv) {
   const char* list_length_help =
       "off, L or auto: call with topk = L over each list's first L positions (the lists' stride unchanged), as a "
       "caller does whose tokens' valid entries all sit there (short contexts); auto: each case's own (its last valid "
-      "entry's position + 1); L is refused for a case with valid entries further on";
-  const auto list_length_values = CLI::IsMember({"off", "auto"}) | CLI::Range(1, 1 << 20);
+      "entry's position + 1); L is refused for a case with valid entries further on; tokens: topk unchanged, each "
+      "token's own length passed (topk_lengths: its last valid entry's position + 1)";
+  const auto list_length_values = CLI::IsMember({"off", "auto", "tokens"}) | CLI::Range(1, 1 << 20);
   app.add_option("--list-length", o.list_length, list_length_help)->check(list_length_values);
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
