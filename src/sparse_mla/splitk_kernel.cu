@@ -293,7 +293,7 @@ __device__ __forceinline__ void load_token_list(const SparseMlaParams& p, int64_
   }
 #pragma unroll
   for (int u = 0; u < kPer; ++u)
-    if (u * kBlock + threadIdx.x >= len) r[u] = -1;
+    if (u * kBlock + static_cast<int>(threadIdx.x) >= len) r[u] = -1;
 }
 
 // Token t's valid rows (names_a_row, as the compaction decides) and, for chunks of `chunk`
@@ -664,10 +664,13 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // Item j of a thread: position j * kThreads + tid, or with row order (warp * 16 + j) * 32 +
   // lane, each warp a contiguous run, as block_bucket_compact wants. Either way one warp's load
   // is 128 contiguous bytes.
-  const auto position = [&](int j) { return kRowOrder ? (warp * kIdxPerThread + j) * 32 + lane : j * kThreads + threadIdx.x; };
+  const auto position = [&](int j) -> int {
+    return kRowOrder ? (warp * kIdxPerThread + j) * 32 + lane : j * kThreads + static_cast<int>(threadIdx.x);
+  };
   // Positions at or past the token's length are padding (topk_lengths); its load is in flight
   // with the indices', which are loaded regardless and masked after.
-  const int listed_end = list_length(p, t) - (whole_list ? 0 : pos0);
+  // A split past the length gets 0, not a negative end (position() is compared as an int).
+  const int listed_end = max(0, list_length(p, t) - (whole_list ? 0 : pos0));
   int my_row[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) {
