@@ -829,7 +829,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   } else {
     constexpr int kItems = (SparseMlaPlan::kMaxChunk + kThreads - 1) / kThreads;
     const int32_t* list = p.indices + static_cast<int64_t>(token_of_row(0)) * p.indices_token_stride;
-    const int listed = list_length(p, token_of_row(0));  // topk, or the token's length
     int32_t row[kItems];
     bool valid[kItems];
 #pragma unroll
@@ -837,6 +836,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       const int k = j * kThreads + tid;
       row[j] = k < p.topk ? __ldg(list + k) : -1;
     }
+    const int listed = list_length(p, token_of_row(0));  // topk, or the token's length
 #pragma unroll
     for (int j = 0; j < kItems; ++j) valid[j] = j * kThreads + tid < listed && names_a_row(row[j], p.num_rows);
     int* counts = reinterpret_cast<int*>(s_p);  // free until the loop's first P

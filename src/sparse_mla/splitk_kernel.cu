@@ -285,12 +285,12 @@ __device__ __forceinline__ int warp_sum(int v) { return __reduce_add_sync(0xffff
 template <int kPer, int kBlock>
 __device__ __forceinline__ void load_token_list(const SparseMlaParams& p, int64_t t, int32_t (&r)[kPer]) {
   const int32_t* idx = p.indices + t * p.indices_token_stride;
-  const int len = list_length(p, t);
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
     const int k = u * kBlock + threadIdx.x;
     r[u] = k < p.topk ? __ldg(idx + k) : -1;
   }
+  const int len = list_length(p, t);  // after the index loads: they must not wait for it
 #pragma unroll
   for (int u = 0; u < kPer; ++u)
     if (u * kBlock + static_cast<int>(threadIdx.x) >= len) r[u] = -1;
@@ -667,16 +667,16 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   const auto position = [&](int j) -> int {
     return kRowOrder ? (warp * kIdxPerThread + j) * 32 + lane : j * kThreads + static_cast<int>(threadIdx.x);
   };
-  // Positions at or past the token's length are padding (topk_lengths); its load is in flight
-  // with the indices', which are loaded regardless and masked after.
-  // A split past the length gets 0, not a negative end (position() is compared as an int).
-  const int listed_end = max(0, list_length(p, t) - (whole_list ? 0 : pos0));
   int my_row[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) {
     const int q = position(j);
     my_row[j] = (kRowOrder || j * kThreads < nlist) && q < nlist ? __ldg(idx + q) : -1;
   }
+  // Positions at or past the token's length are padding (topk_lengths): its load goes out after
+  // the indices' (list_length), which are masked once both land. A split past the length gets
+  // 0, not a negative end (position() is compared as an int).
+  const int listed_end = max(0, list_length(p, t) - (whole_list ? 0 : pos0));
   if (listed_end < nlist) {
 #pragma unroll
     for (int j = 0; j < kIdxPerThread; ++j)
