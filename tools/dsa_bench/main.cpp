@@ -539,6 +539,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     r.add(d_qn.get(), q_nope.size() * 2);
     r.add(d_qp.get(), q_pe.size() * 2);
     r.add(d_idx.get(), indices.size() * 4);
+    if (per_token_lengths) r.add(d_lengths.get(), token_lengths.size() * 4);
     r.add(d_out.get(), out_n * 2);
     r.add(d_lse.get(), lse_n * 4);
     r.add(ws, res.plan.workspace_bytes);
