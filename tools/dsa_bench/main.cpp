@@ -415,7 +415,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
   const auto q_pe = workload::random_bf16(size_t(T) * H * kKpeDim, 1.0, o.seed + 12);
   DevicePtr d_qn(device_copy(q_nope)), d_qp(device_copy(q_pe)), d_idx(device_copy(indices));
-  DevicePtr d_lengths(per_token_lengths ? device_copy(token_lengths) : nullptr);
+  // Allocated with or without --list-length tokens, so that both place every later buffer alike.
+  DevicePtr d_lengths(device_copy(token_lengths));
   const size_t out_n = size_t(T) * H * kCkvDim, lse_n = size_t(T) * H;
   DevicePtr d_out(device_copy(std::vector<uint16_t>(out_n, 0xffff)));  // poisoned: NaN
   DevicePtr d_lse(device_copy(std::vector<float>(lse_n, NAN)));
@@ -429,7 +430,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   cache.point(p, false);
   p.indices = static_cast<const int32_t*>(d_idx.get());
   p.indices_token_stride = topk;
-  p.topk_lengths = static_cast<const int32_t*>(d_lengths.get());
+  p.topk_lengths = per_token_lengths ? static_cast<const int32_t*>(d_lengths.get()) : nullptr;
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   p.index_sharing = index_sharing(o);
   validate(p);
