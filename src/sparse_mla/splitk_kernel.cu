@@ -673,11 +673,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     const int q = position(j);
     my_row[j] = (kRowOrder || j * kThreads < nlist) && q < nlist ? __ldg(idx + q) : -1;
   }
-  // Positions at or past the token's length are padding (topk_lengths). Its load goes out after
-  // the indices' (list_length) and is used where they are, after Q's copies are issued: a mask
-  // here waited for the indices first (+1 us at T = 1, run 381). A split past the length gets
+  // Positions at or past the token's length are padding (topk_lengths): its load goes out after
+  // the indices' (list_length), which are masked once both land. A split past the length gets
   // 0, not a negative end (position() is compared as an int).
   const int listed_end = max(0, list_length(p, t) - (whole_list ? 0 : pos0));
+  if (listed_end < nlist) {
+#pragma unroll
+    for (int j = 0; j < kIdxPerThread; ++j)
+      if (position(j) >= listed_end) my_row[j] = -1;
+  }
 
   // 2. Q -> shared (group 0 of cp.async).
   {
@@ -699,10 +703,6 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   bool valid[kIdxPerThread];
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) valid[j] = names_a_row(my_row[j], p.num_rows);
-  if (listed_end < nlist) {  // the token's length cuts these positions
-#pragma unroll
-    for (int j = 0; j < kIdxPerThread; ++j) valid[j] = valid[j] && position(j) < listed_end;
-  }
   int nlisted;  // valid rows among the positions read
   if constexpr (kRowOrder) {
     unsigned warp_listed = 0;
