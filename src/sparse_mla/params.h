@@ -76,8 +76,9 @@ __host__ __device__ inline bool names_a_row(int32_t index, int num_rows) {
 // How many of token t's index positions it lists: topk, or with topk_lengths its length clamped
 // to [0, topk]. Every kernel that reads indices treats a position at or past it as -1 (it may
 // load the entry, never use it), so all of them count the same valid rows. Kernels call it
-// after issuing their index loads and clamp without a branch: a branch on the loaded length
-// held the index loads back by a round trip (+0.5 us at T = 1, run 381).
+// after issuing their index loads, so that those never wait for it; the clamp has no branch.
+// Passing lengths costs split-K 0.5-1.1 us at T <= 8 (perf.md run 384; three placements of the
+// cut measured, none free).
 __host__ __device__ inline int list_length(const SparseMlaParams& p, int64_t t) {
   if (p.topk_lengths == nullptr) return p.topk;
   const int n = p.topk_lengths[t];

@@ -506,8 +506,8 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   const int num_positions = one_token ? p.topk : (kTokens >> pair) * p.topk;
   // The group's tokens' list lengths (topk_lengths; <= topk <= 2048, 16 bits each; 0xffff
   // without), loaded once before the index loads: the loop tests a key's position without a
-  // load or a branch, so its index loads stay in flight together (a length loaded per key made
-  // prefill ~1 % slower, run 381).
+  // load or a branch, so its index loads stay in flight together (with a length loaded per key,
+  // prefill without lengths was 1 % slower in run 381's A/B, twice).
   static_assert(kTokens == 4 && SparseMlaPlan::kMaxChunk < 0xffff, "two 16-bit lengths per word, two words");
   uint32_t group_lengths[2] = {0xffffffffu, 0xffffffffu};
   if (p.topk_lengths != nullptr) {

@@ -100,6 +100,13 @@
 //                the rescale: runs 356-357, fp8 T=1024 486.6-488.1 -> 476.1-480.4, T=256 129.9-130.2
 //                -> 127.2-127.3, 32 heads T=128 124.8 -> 122.3-122.8 (predicted -4 to -7 %: the
 //                multiplies were not the chain's long pole); bf16 within noise (L2-bound).
+//   v21 9b8bcee  per-token list lengths (topk_lengths): without them unchanged (targets suite
+//                within 0.3 % of 7b950bb, run 384); with them T <= 8 +0.5-1.1 us, T=64 +0.5,
+//                T >= 256 and prefill within 0.3 % (run 384). Placements of the cut: the length
+//                loaded first and branched on (55a1d3d, run 381): 2-valid 4.3 -> 4.9; loaded after
+//                the indices, masked before Q's copies (v21): 5.3; folded into the valid test after
+//                them (24c1143, run 388): 5.0, but 0.2-0.3 us slower without lengths (a branch
+//                between the index loads and Q's copies, which ptxas had hoisted), reverted.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
