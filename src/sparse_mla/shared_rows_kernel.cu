@@ -512,10 +512,10 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   uint32_t group_lengths[2] = {0xffffffffu, 0xffffffffu};
   if (p.topk_lengths != nullptr) {
     group_lengths[0] = group_lengths[1] = 0;
+    const int group_tokens = ((blocks_here - 1) >> block_shift) + 1;  // 4 at 16 heads, 2 at 32, else 1
 #pragma unroll
     for (int i = 0; i < kTokens; ++i) {
-      const int token = token0 + i;
-      const uint32_t len = token < p.num_tokens ? static_cast<uint32_t>(list_length(p, token)) : 0u;
+      const uint32_t len = i < group_tokens ? static_cast<uint32_t>(list_length(p, token0 + i)) : 0u;
       group_lengths[i / 2] |= len << (i % 2 * 16);
     }
   }

@@ -936,11 +936,15 @@ TEST_F(Gpu, Fp8ScalesOfManyMagnitudes) {
   }
 }
 
-// Each token keeps only the first `valid` positions of its list; the rest become -1.
-void keep_first_positions(HostProblem& hp, int valid) {
-  for (int t = 0; t < hp.T; ++t)
-    std::fill(hp.indices.begin() + size_t(t) * hp.topk + valid, hp.indices.begin() + size_t(t + 1) * hp.topk, -1);
+// Token t keeps only the first len[t] positions of its list, clamped to [0, topk] as
+// topk_lengths is; the rest become -1.
+void keep_first_positions(HostProblem& hp, const std::vector<int32_t>& len) {
+  for (int t = 0; t < hp.T; ++t) {
+    const int keep = std::max(0, std::min(len[size_t(t)], hp.topk));
+    std::fill(hp.indices.begin() + size_t(t) * hp.topk + keep, hp.indices.begin() + size_t(t + 1) * hp.topk, -1);
+  }
 }
+void keep_first_positions(HostProblem& hp, int valid) { keep_first_positions(hp, std::vector<int32_t>(size_t(hp.T), valid)); }
 
 // Each token lists topk distinct random rows of the cache in ascending order.
 void list_random_rows_ascending(HostProblem& hp) {
@@ -1290,13 +1294,6 @@ std::vector<int32_t> lengths_for(int T, int topk, uint64_t seed) {
   return len;
 }
 
-HostProblem cut_at_lengths(const HostProblem& hp, const std::vector<int32_t>& len) {
-  HostProblem cut = hp;
-  for (int t = 0; t < hp.T; ++t)
-    for (int k = std::max(0, std::min(len[size_t(t)], hp.topk)); k < hp.topk; ++k) cut.indices[size_t(t) * hp.topk + k] = -1;
-  return cut;
-}
-
 TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   int seed = 0;
@@ -1311,7 +1308,9 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
       if (format == KvCacheFormat::fp8_ds_mla) hp.to_fp8(false);
       const std::vector<int32_t> len = lengths_for(T, hp.topk, seed++);
       std::vector<double> ro, rl;
-      reference(cut_at_lengths(hp, len), ro, rl);
+      HostProblem cut = hp;
+      keep_first_positions(cut, len);
+      reference(cut, ro, rl);
       DeviceProblem d(hp);
       DeviceBuffer<int32_t> dlen(len);
       SparseMlaProblem p = d.view();
