@@ -26,6 +26,18 @@ __device__ __forceinline__ void cp_async_16_l2_128b(uint32_t dst, const void* sr
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
+// base[i] through the non-coherent path, or `fallback` where base is null: one predicated load
+// the compiler cannot split into a branch, so nothing waits for it before its value's first use.
+__device__ __forceinline__ int ld_nc_s32_or(const int32_t* base, int64_t i, int fallback) {
+  int r;
+  asm volatile(
+      "{\n .reg .pred has;\n .reg .u64 a;\n setp.ne.u64 has, %1, 0;\n mad.lo.u64 a, %2, 4, %1;\n mov.b32 %0, %3;\n"
+      " @has ld.global.nc.b32 %0, [a];\n}\n"
+      : "=r"(r)
+      : "l"(base), "l"(i), "r"(fallback));
+  return r;
+}
+
 // Closes the current group of cp.async copies so it can be waited on as one unit.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 

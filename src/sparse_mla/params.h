@@ -75,15 +75,15 @@ __host__ __device__ inline bool names_a_row(int32_t index, int num_rows) {
 
 // How many of token t's index positions it lists: topk, or with topk_lengths its length clamped
 // to [0, topk]. Every kernel that reads indices treats a position at or past it as -1 (it may
-// load the entry, never use it), so all of them count the same valid rows. Kernels call it
-// after issuing their index loads, so that those never wait for it; the clamp has no branch.
-// Passing lengths costs split-K 0.5-1.1 us at T <= 8 (perf.md run 384; three placements of the
-// cut measured, none free).
-__host__ __device__ inline int list_length(const SparseMlaParams& p, int64_t t) {
-  if (p.topk_lengths == nullptr) return p.topk;
-  const int n = p.topk_lengths[t];
+// load the entry, never use it), so all of them count the same valid rows. Where each kernel
+// loads the length, so that its index loads never wait for it, is said there (split-K's with
+// ptx::ld_nc_s32_or, clamped only after Q's copies: perf.md runs 389-392).
+__host__ __device__ inline int clamp_list_length(const SparseMlaParams& p, int n) {
   const int at_least_0 = n > 0 ? n : 0;
   return at_least_0 < p.topk ? at_least_0 : p.topk;
+}
+__host__ __device__ inline int list_length(const SparseMlaParams& p, int64_t t) {
+  return p.topk_lengths == nullptr ? p.topk : clamp_list_length(p, p.topk_lengths[t]);
 }
 
 // Row order (SparseMlaPlan::row_order): rows are sorted by their top kRowOrderBucketBits bits
