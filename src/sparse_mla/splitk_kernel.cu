@@ -107,6 +107,12 @@
 //                the indices, masked before Q's copies (v21): 5.3; folded into the valid test after
 //                them (24c1143, run 388): 5.0, but 0.2-0.3 us slower without lengths (a branch
 //                between the index loads and Q's copies, which ptxas had hoisted), reverted.
+//   v22 a0577d8  the length by one predicated ld.global.nc (ptx::ld_nc_s32_or) after the index
+//                loads, clamped and applied after Q's copies: Q issued 1.62 -> 1.32 us after
+//                entry with lengths (the compiler had put the clamp beside a plain load); with
+//                lengths 2-valid 4.9 -> 4.4, T=1 random 10.0 -> 9.6-9.7, T=8 14.2 -> 13.7, T=64
+//                70.4-70.5 -> 69.7-69.9, as without them (run 392). Loaded after Q's copies
+//                instead (lengths-after-q, run 389): 5.1, and T=1 random +0.2 without lengths.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
