@@ -1,6 +1,7 @@
 // A sparse MLA problem held in host vectors, with packed defaults; tests fill and mutate it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -63,6 +64,16 @@ struct HostProblem {
     p.indices = indices.data();
     return p;
   }
+
+  // Token t keeps only the first len[t] positions of its list, clamped to [0, topk] as
+  // topk_lengths is; the rest become -1.
+  void keep_first_positions(const std::vector<int32_t>& len) {
+    for (int t = 0; t < T; ++t) {
+      const int keep = std::clamp(len[size_t(t)], 0, topk);
+      std::fill(indices.begin() + size_t(t) * topk + keep, indices.begin() + size_t(t + 1) * topk, -1);
+    }
+  }
+  void keep_first_positions(int valid) { keep_first_positions(std::vector<int32_t>(size_t(T), valid)); }
 
   // The same problem over the bf16 cache (after to_fp8: its dequantized values).
   HostProblem as_bf16() const {

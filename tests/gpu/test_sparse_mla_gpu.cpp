@@ -936,16 +936,6 @@ TEST_F(Gpu, Fp8ScalesOfManyMagnitudes) {
   }
 }
 
-// Token t keeps only the first len[t] positions of its list, clamped to [0, topk] as
-// topk_lengths is; the rest become -1.
-void keep_first_positions(HostProblem& hp, const std::vector<int32_t>& len) {
-  for (int t = 0; t < hp.T; ++t) {
-    const int keep = std::max(0, std::min(len[size_t(t)], hp.topk));
-    std::fill(hp.indices.begin() + size_t(t) * hp.topk + keep, hp.indices.begin() + size_t(t + 1) * hp.topk, -1);
-  }
-}
-void keep_first_positions(HostProblem& hp, int valid) { keep_first_positions(hp, std::vector<int32_t>(size_t(hp.T), valid)); }
-
 // Each token lists topk distinct random rows of the cache in ascending order.
 void list_random_rows_ascending(HostProblem& hp) {
   for (int t = 0; t < hp.T; ++t) {
@@ -997,7 +987,7 @@ TEST_F(Gpu, SoftmaxScaleSignsAndClimbingLogits) {
       for (const Choice& ch : choices) {
         HostProblem h = hp;
         if (ch.valid > 0)
-          keep_first_positions(h, ch.valid);
+          h.keep_first_positions(ch.valid);
         const SparseMlaPlan plan = plan_sparse_mla(h.T, h.H, h.topk, dev, ch.c, IndexSharing::unknown, h.kv_format);
         const Agreement a = run_and_compare(h, &plan);
         EXPECT_TRUE(a.ok()) << what << ", " << ch.name << ": " << a.summary();
@@ -1056,7 +1046,7 @@ TEST_F(Gpu, Fp8AgreesWithTheBf16CacheOfItsValues) {
   for (const Case& c : cases) {
     HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 128, c.pattern, seed_of(c.T, c.H, c.topk, c.valid));
     if (c.valid > 0)
-      keep_first_positions(hp, c.valid);
+      hp.keep_first_positions(c.valid);
     hp.to_fp8(true);
     const HostProblem bf = hp.as_bf16();
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
@@ -1309,7 +1299,7 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
       const std::vector<int32_t> len = lengths_for(T, hp.topk, seed++);
       std::vector<double> ro, rl;
       HostProblem cut = hp;
-      keep_first_positions(cut, len);
+      cut.keep_first_positions(len);
       reference(cut, ro, rl);
       DeviceProblem d(hp);
       DeviceBuffer<int32_t> dlen(len);
