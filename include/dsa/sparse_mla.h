@@ -56,10 +56,11 @@ inline constexpr int kFp8KpeOffset = 528;       // bytes: the 64 bf16 kpe values
 // the best kernel depends on how much consecutive tokens' lists overlap (docs/perf.md, runs 105
 // and 117-118). At 64 and 128 heads it does not matter: see SparseMlaKernel::shared_rows.
 enum class IndexSharing {
-  unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes),
-                // for 32 heads at T >= 256
+  unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes;
+                // an fp8_ds_mla cache: never), for 32 heads where split-K needs a second wave
+                // (fp8_ds_mla: T >= 256)
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
-                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 from 256
+                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 as unknown
   none,         // tokens of different sequences (a decode batch): split_k at 16 and 32 heads
 };
 
@@ -121,13 +122,15 @@ enum class SparseMlaKernel {
                 // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128). A row several
                 // of the CTA's tokens list is gathered and read once for all (prefill, where the
                 // tokens of a sequence share rows); at 64 and 128 heads every row is read once
-                // per 64 heads, not per 16. The planner picks it at 16 heads from T >= 2048 (512
-                // for IndexSharing::consecutive) and at 32 from T >= 256, never for none, when
-                // its CTAs fill >= 90 % of whole waves; at 64 and 128 heads, whatever the hint,
-                // from 2^17 (head block, index position) pairs (head blocks: T x H / 16), 2^16
-                // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
-                // H100: T >= 8 at 64 heads, T >= 4 at 128), splitting each CTA's entries when
-                // there are fewer CTAs than SMs; the same for an fp8_ds_mla cache. Limits: topk <=
+                // per 64 heads, not per 16. The planner picks it, never for IndexSharing::none
+                // at 16 and 32 heads: at 16 heads from T >= 2048 (512 for consecutive; an
+                // fp8_ds_mla cache only for consecutive) when its CTAs fill >= 90 % of whole
+                // waves; at 32 heads once split-K needs a second wave (T > the SM count; fp8_ds_mla:
+                // from T >= 256 in whole waves); at 64 and 128 heads, whatever the hint, from 2^17
+                // (head block, index position) pairs (head blocks: T x H / 16), 2^16 with topk >=
+                // 1024 (fp8_ds_mla: 3 x 2^15), or more head blocks than two per SM (at topk 2048
+                // on an H100: T >= 8 at 64 heads and T >= 4 at 128; fp8_ds_mla T >= 12 and 6),
+                // splitting each CTA's entries when there are fewer CTAs than SMs. Limits: topk <=
                 // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements (bytes
                 // for fp8_ds_mla)
 };
@@ -200,10 +203,10 @@ struct PlanChoice {
   int balanced = 0;    // 1: a balanced split_k plan (SparseMlaPlan::balanced); 0 or -1: not
 };
 
-// Pure function of shape, device, sharing hint and cache format (validated; both formats get the
-// same kernel and splits, an fp8_ds_mla cache wider split_k tiles on long splits): what tests call
-// without a GPU. Throws dsa::Error for an unsupported shape or
-// device, or a choice that cannot run (naming it).
+// Pure function of shape, device, sharing hint and cache format (validated; an fp8_ds_mla cache
+// has its own kernel thresholds, see SparseMlaKernel, and wider split_k tiles on long splits):
+// what tests call without a GPU. Throws dsa::Error for an unsupported shape or device, or a
+// choice that cannot run (naming it).
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
                               const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown,
                               KvCacheFormat kv_format = KvCacheFormat::bf16);

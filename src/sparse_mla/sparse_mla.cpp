@@ -329,23 +329,30 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
   //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
-  //    call holds 2^17 (head block, index position) pairs, or 2^16 with lists of >= 1024
-  //    positions, or more head blocks than split-K's two CTAs per SM: split-K's CTAs of 16 heads
-  //    each read every row again and run mma.sync at M = 16. Fewer groups than SMs split each
-  //    group's union tiles so that one wave fills the chip (a combine merges them), and CTAs of
-  //    one wave compact their token's list themselves (no union or order pass). Measured on the
-  //    H100 (docs/perf.md runs 125-134), split-K vs shared-rows, us: H = 64 random T = 8 / 16 /
-  //    32 / 64 / 256 / 1024 29.5 / 47.0 / 83.7 / 147 / 557 / 2183 vs 29.2 / 35.3 / 52.4 / 80.2 /
-  //    240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300 rows T = 1024 115 / 396 vs
-  //    113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 4 / 8 / 16 / 32 / 1024 29.5 /
-  //    46.6 / 82.9 / 145 / 4251 vs 26.7 / 30.6 / 43.8 / 69.3 / 1606, topk 64 T = 64 22.3 vs 15.8.
-  //    Split-K keeps smaller calls, where shared rows' fixed costs (Q of 64 heads, the 64-row
-  //    epilogue, fp32 partials of 64 heads) weigh: 64 heads T = 1 / 4 13.3 / 20.2 vs 16.1 / 25.4,
-  //    topk 256 T = 64 26.1 vs 31.0, topk 64 T = 64 11.8 vs 23.5; 128 heads T = 2 20.2 vs 23.7.
-  //  - H = 32 (2 tokens per CTA) from T = 256 in whole waves, unless the caller says tokens share
-  //    no rows: random T = 256 / 1024 293 / 1127 vs 222 / 808, runs of 1-2048 / 300 rows T = 1024
-  //    638 / 212 vs 509 / 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546; 16-row lists
-  //    lose (60 vs 75 at T = 1024), as do fewer CTAs than one wave (T = 128 154 vs 213).
+  //    call holds 2^17 (head block, index position) pairs, or with lists of >= 1024 positions
+  //    2^16 (bf16) or 3 x 2^15 (fp8), or more head blocks than split-K's two CTAs per SM:
+  //    split-K's CTAs of 16 heads each read every row again and run mma.sync at M = 16. Fewer
+  //    groups than SMs split each group's union tiles so that one wave fills the chip (a combine
+  //    merges them), and CTAs of one wave compact their token's list themselves (no union or
+  //    order pass). Measured on the H100 (docs/perf.md runs 125-134), split-K vs shared-rows, us:
+  //    H = 64 random T = 8 / 16 / 32 / 64 / 256 / 1024 29.5 / 47.0 / 83.7 / 147 / 557 / 2183 vs
+  //    29.2 / 35.3 / 52.4 / 80.2 / 240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300
+  //    rows T = 1024 115 / 396 vs 113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 4 /
+  //    8 / 16 / 32 / 1024 29.5 / 46.6 / 82.9 / 145 / 4251 vs 26.7 / 30.6 / 43.8 / 69.3 / 1606,
+  //    topk 64 T = 64 22.3 vs 15.8. Split-K keeps smaller calls, where shared rows' fixed costs
+  //    (Q of 64 heads, the 64-row epilogue, fp32 partials of 64 heads) weigh: 64 heads T = 1 / 4
+  //    13.3 / 20.2 vs 16.1 / 25.4, topk 256 T = 64 26.1 vs 31.0, topk 64 T = 64 11.8 vs 23.5; 128
+  //    heads T = 2 20.2 vs 23.7. fp8 (runs 395-396): 32 head blocks of 2048 positions go to
+  //    split-K (64 heads T = 8 26.2 vs 28.9, 128 heads T = 4 25.8 vs 28.7), 48 to shared rows
+  //    (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7).
+  //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows. bf16: once split-K
+  //    needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows fill
+  //    theirs: random T = 128 / 140 / 192 / 300 / 400 150.7 / 255.3 / 284.2 / 422.1 / 532.6 vs
+  //    191.7 / 192.9 / 196.9 / 369.6 / 371.0 (runs 395-396; the planner took split-K below T = 256
+  //    until then). fp8, whose split-K costs less: from T = 256 in whole waves: T = 192 / 256 /
+  //    300 / 400 / 512 201.5 / 236.9 / 317.2 / 430.2 / 467.8 vs 211.2 / 215.4 / 396.0 / 397.9 /
+  //    396.6. Earlier (bf16): runs of 1-2048 / 300 rows T = 1024 638 / 212 vs 509 / 204, prefill
+  //    T = 1024 / 4096 1074 / 4198 vs 666 / 2546; 16-row lists lose (60 vs 75 at T = 1024).
   //  - H = 16 (4 tokens per CTA) when its CTAs fill >= 90 % of whole waves (each CTA runs for its
   //    4 tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
   //    time) and T is large enough for the caller's IndexSharing. Measured (runs 54, 57, 98,
@@ -358,20 +365,27 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
   //    too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
   //    takes shared rows from T = 2048 (prefill sizes), with consecutive from T = 512 (128
-  //    groups, one wave; T = 256 is +82 %), with none never.
+  //    groups, one wave; T = 256 is +82 %), with none never. An fp8 cache only with consecutive:
+  //    its split-K is so much cheaper that shared rows lose 46-54 % on lists that share no rows
+  //    (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs T = 4096 1027 vs 1581) and gain
+  //    only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192 (1812 / 3133 vs 1696 / 2433; T =
+  //    512-2048 +10 to +1 %), but -54 % on a 2048-row prefix (T = 1024: 374 vs 172; runs 395-396).
+  const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
   const int64_t shared_rows_head_blocks = detail::shared_rows_head_blocks(num_tokens, num_heads);
   const int64_t shared_rows_ctas = detail::shared_rows_groups(shared_rows_head_blocks);
   const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
   const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
   const int tokens_per_group = detail::shared_rows_tokens_per_group(num_heads);
+  const int64_t split_k_slots = 2 * static_cast<int64_t>(dev.sm_count);  // its CTAs per wave
   bool shared_rows_pays = false;
   int64_t shared_rows_splits = 1;
   const int shared_rows_tiles = static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries));  // of a full list
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
+    const int64_t long_list_pairs = fp8 ? detail::kSharedRowsMinPairsLongListFp8 : detail::kSharedRowsMinPairsLongList;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
-                       (pairs >= detail::kSharedRowsMinPairsWide / 2 && topk >= detail::kSharedRowsLongList) ||
-                       shared_rows_head_blocks > 2 * static_cast<int64_t>(dev.sm_count);
+                       (pairs >= long_list_pairs && topk >= detail::kSharedRowsLongList) ||
+                       shared_rows_head_blocks > split_k_slots;
     // Fewer groups than SMs: split each group's union tiles so that one wave fills the chip (one
     // CTA per SM), no split left empty by a full list.
     if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
@@ -380,12 +394,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     }
   }
   else if (tokens_per_group == 2)
-    shared_rows_pays = sharing != IndexSharing::none && num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves;
-  else  // 16 heads. An fp8 cache too: with no hint, shared rows at prefill sizes gains more
-        // (prefill T = 4096: 1761 vs split-K's 2480 us) than it loses on lists that share no
-        // rows (random T = 2048: 1481 vs 1293), as for bf16 (run 335).
-    shared_rows_pays = sharing != IndexSharing::none && shared_rows_fills_waves &&
-                       num_tokens >= (sharing == IndexSharing::consecutive ? detail::kSharedRowsMinTokensSharing : detail::kSharedRowsMinTokens);
+    shared_rows_pays = sharing != IndexSharing::none &&
+                       (fp8 ? num_tokens >= detail::kSharedRowsMinTokens32HeadsFp8 && shared_rows_fills_waves
+                            : shared_rows_head_blocks > split_k_slots);  // head blocks = split-K's CTAs of one split
+  else  // 16 heads
+    shared_rows_pays = shared_rows_fills_waves &&
+                       (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
+                        : sharing == IndexSharing::unknown   ? !fp8 && num_tokens >= detail::kSharedRowsMinTokens
+                                                             : false);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
@@ -427,7 +443,6 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // stages beat 16 x 4 (prefill 2155 vs 2397 us, T=64 72 vs 74 us, equal at T <= 8); 16 and 64
   // stay for experiments (dsa-bench --block-keys).
   plan.block_keys = detail::kPlannerBlockKeys;
-  const int64_t slots = 2 * static_cast<int64_t>(dev.sm_count);
   // Small problems split each token's index list so that one wave fills the chip (floor: a
   // second, nearly empty wave costs more than a few idle slots); large ones keep one split
   // per token and need no combine.
@@ -435,12 +450,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // At least kMinSplitKeys positions per split: more, smaller splits cost more in the combine
   // than they gain in parallel loads.
   constexpr int kMinSplitKeys = 32;
-  if (base_ctas > 0 && base_ctas * splits < slots)
-    splits = std::max(min_splits, std::min(ceil_div(topk, kMinSplitKeys), slots / base_ctas));
+  if (base_ctas > 0 && base_ctas * splits < split_k_slots)
+    splits = std::max(min_splits, std::min(ceil_div(topk, kMinSplitKeys), split_k_slots / base_ctas));
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = static_cast<int>(std::min<int64_t>(
       SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), plan.block_keys) * plan.block_keys));
-  const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
   if (choice.block_keys != 0) {
     if (choice.block_keys != 16 && choice.block_keys != 32 && choice.block_keys != 64)
       fail("block_keys", "must be 16, 32 or 64, got " + std::to_string(choice.block_keys));

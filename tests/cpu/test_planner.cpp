@@ -184,21 +184,42 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
   }
 }
 
-// An fp8_ds_mla cache is planned as a bf16 one: the same kernel, splits and workspace for every
-// head count, size and sharing hint (16 heads included since run 335).
-// An fp8_ds_mla cache gets bf16's kernel, splits and workspace; only split-K's tiles differ: 64
-// rows on splits of >= 1024 positions (kFp8WideTileMinChunk), 32 below, never 16.
-TEST(Planner, Fp8CacheIsPlannedAsBf16ButForWideTiles) {
+// An fp8_ds_mla cache has its own thresholds where its split-K costs less (docs/perf.md runs
+// 395-397): at 16 heads shared rows only for consecutive tokens; at 32 heads from T = 256 in whole
+// waves; at 64 and 128 heads with long lists from 3 x 2^15 (head block, position) pairs. Where
+// both formats take the same kernel they get the same splits and workspace; split-K's tiles
+// differ: 64 rows on splits of >= 1024 positions (kFp8WideTileMinChunk), 32 below, never 16.
+TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   const auto plan = [](int T, int H, IndexSharing sharing, KvCacheFormat format) {
     return plan_sparse_mla(T, H, 2048, kH100, {}, sharing, format);
   };
-  for (int T : {512, 2048, 4096}) {  // the 16-head cases where the hint decides
-    EXPECT_EQ(plan(T, 16, IndexSharing::consecutive, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows) << T;
-    EXPECT_EQ(plan(T, 16, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel,
-              T >= 2048 ? SparseMlaKernel::shared_rows : SparseMlaKernel::split_k) << T;
-    EXPECT_EQ(plan(T, 16, IndexSharing::none, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
+  const auto fp8_kernel = [&](int T, int H, IndexSharing sharing = IndexSharing::unknown) {
+    return plan(T, H, sharing, KvCacheFormat::fp8_ds_mla).kernel;
+  };
+  const auto bf16_kernel = [&](int T, int H, IndexSharing sharing = IndexSharing::unknown) {
+    return plan(T, H, sharing, KvCacheFormat::bf16).kernel;
+  };
+  for (int T : {512, 2048, 4096, 8192}) {  // 16 heads: only consecutive
+    EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T;
+    EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::unknown), SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
-  for (auto [T, H] : {std::pair{512, 16}, std::pair{4096, 16}, std::pair{1024, 32}, std::pair{64, 64}, std::pair{8, 128}, std::pair{3, 64}, std::pair{100, 32}})
+  EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
+  // 32 heads: T = 192 (split-K past one wave) and 300 (150 CTAs, 2 waves at 57 %) differ.
+  for (int T : {192, 300}) {
+    EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(bf16_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
+  }
+  for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
+  EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::split_k);
+  // 64 / 128 heads at topk 2048: 32 head blocks (2^16 pairs) differ, 48 (3 x 2^15) do not.
+  for (auto [T, H] : {std::pair{8, 64}, std::pair{4, 128}}) {
+    EXPECT_EQ(fp8_kernel(T, H), SparseMlaKernel::split_k) << T << " " << H;
+    EXPECT_EQ(bf16_kernel(T, H), SparseMlaKernel::shared_rows) << T << " " << H;
+  }
+  for (auto [T, H] : {std::pair{12, 64}, std::pair{11, 64}, std::pair{6, 128}})
+    EXPECT_EQ(fp8_kernel(T, H, IndexSharing::none), T == 11 ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T << " " << H;
+  for (auto [T, H] : {std::pair{512, 16}, std::pair{1024, 32}, std::pair{64, 64}, std::pair{12, 64}, std::pair{8, 128}, std::pair{3, 64}, std::pair{100, 32}})
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
       const SparseMlaPlan bf16 = plan(T, H, sharing, KvCacheFormat::bf16), fp8 = plan(T, H, sharing, KvCacheFormat::fp8_ds_mla);
       EXPECT_EQ(fp8.kernel, bf16.kernel) << T << " " << H;
@@ -231,14 +252,14 @@ TEST(Planner, Fp8CacheIsPlannedAsBf16ButForWideTiles) {
   }
 }
 
-// At 32 heads a shared-rows CTA holds 2 tokens: from T = 256 (128 CTAs, one wave 97 % full) in
-// whole waves unless the caller says the tokens share no rows.
-TEST(Planner, SharedRowsFor32HeadsFromT256InWholeWaves) {
+// At 32 heads a shared-rows CTA holds 2 tokens: once split-K needs a second wave (T x 2 head
+// groups > 264 CTAs: T > 132), whether or not its own CTAs fill theirs, unless the caller says the
+// tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds).
+TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto kernel = [](int T, IndexSharing sharing) { return plan_sparse_mla(T, 32, 2048, kH100, {}, sharing).kernel; };
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive}) {
-    for (int T : {256, 512, 1024, 4096}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::shared_rows) << T;
-    // T < 256, or 300 CTAs (3 waves at 76 %): split-K.
-    for (int T : {1, 64, 128, 200, 600}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::split_k) << T;
+    for (int T : {133, 140, 192, 256, 300, 512, 600, 1024, 4096}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::shared_rows) << T;
+    for (int T : {1, 64, 128, 132}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::split_k) << T;
   }
   for (int T : {256, 1024, 4096}) EXPECT_EQ(kernel(T, IndexSharing::none), SparseMlaKernel::split_k) << T;
   EXPECT_EQ(plan_sparse_mla(1024, 32, 2048, kH100).ctas, 512);

@@ -1125,8 +1125,9 @@ TEST_F(Gpu, Fp8EveryCodeDequantizesExactly) {
       }
 }
 
-// The planner plans an fp8 cache as it plans a bf16 one: shared rows at 64 heads here.
-TEST_F(Gpu, Fp8IsPlannedAsBf16) {
+// Where the formats' thresholds agree (Planner.Fp8CacheHasItsOwnThresholds), the device's plan
+// for an fp8 cache is the bf16 one's: shared rows at 64 heads T = 64 here.
+TEST_F(Gpu, Fp8AndBf16PlansAgreeAtWideHeads) {
   HostProblem hp = make_problem(64, 64, 2048, 64, 64, IndexPattern::random, 4343);
   DeviceProblem bf(hp);
   const SparseMlaPlan bf16_plan = plan_sparse_mla(bf.view());

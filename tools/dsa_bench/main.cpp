@@ -56,7 +56,7 @@ struct Options : TimingOptions {
   std::string row_order = "auto";
   bool balanced = false;  // a balanced plan, its schedule made once before the timed calls
   std::string kernel = "auto";  // auto (planner), split-k, shared-rows
-  std::string sharing = "unknown";  // the planner's IndexSharing hint: unknown, consecutive, none
+  std::string sharing = "auto";  // the planner's IndexSharing hint: auto (per case), unknown, consecutive, none
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
@@ -215,12 +215,20 @@ PlanChoice plan_choice(const Options& o) {
   return c;
 }
 
-// --sharing's values (the top-level option and inspect's), one per IndexSharing.
-const std::vector<std::string> kSharingNames = {"unknown", "consecutive", "none"};
+// --sharing's values (the top-level option and inspect's): one per IndexSharing, and auto, what a
+// caller that knows prefill from decode passes: consecutive for a shared-prefix case (prefill),
+// unknown for the others.
+const std::vector<std::string> kSharingNames = {"auto", "unknown", "consecutive", "none"};
 
-IndexSharing index_sharing(const Options& o) {
-  if (o.sharing == "consecutive") return IndexSharing::consecutive;
-  if (o.sharing == "none") return IndexSharing::none;
+std::string sharing_name(const Options& o, const BenchCase& c) {
+  if (o.sharing != "auto") return o.sharing;
+  return c.indices.pattern == workload::IndexPattern::shared_prefix ? "consecutive" : "unknown";
+}
+
+IndexSharing index_sharing(const Options& o, const BenchCase& c) {
+  const std::string name = sharing_name(o, c);
+  if (name == "consecutive") return IndexSharing::consecutive;
+  if (name == "none") return IndexSharing::none;
   return IndexSharing::unknown;
 }
 
@@ -432,7 +440,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.indices_token_stride = topk;
   p.topk_lengths = per_token_lengths ? static_cast<const int32_t*>(d_lengths.get()) : nullptr;
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
-  p.index_sharing = index_sharing(o);
+  p.index_sharing = index_sharing(o, c);
   validate(p);
   PlanChoice choice = plan_choice(o);
   res.plan = plan_sparse_mla(T, H, list_length, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format);
@@ -811,8 +819,9 @@ int run(const Options& o) {
               "commit %s\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, sm_clock_khz / 1000, mem_clock_khz / 1000,
               driver, runtime, DSA_GIT_COMMIT);
-  std::printf("timer %s, L2 %s before each call, %d reps (median, min-max), KV cache %s\n", to_string(which),
-              o.no_flush ? "NOT flushed" : "flushed", o.reps, o.kv == "fp8" ? "fp8_ds_mla (656-byte rows; the floors read them)" : "bf16");
+  std::printf("timer %s, L2 %s before each call, %d reps (median, min-max), KV cache %s, index_sharing %s\n", to_string(which),
+              o.no_flush ? "NOT flushed" : "flushed", o.reps, o.kv == "fp8" ? "fp8_ds_mla (656-byte rows; the floors read them)" : "bf16",
+              o.sharing == "auto" ? "auto (consecutive for shared-prefix cases, else unknown)" : o.sharing.c_str());
 
   KernelTimer timer(nullptr, !o.no_flush);
   // Fixed costs no kernel of this shape can avoid: an empty launch, and one that asks for the
@@ -955,13 +964,13 @@ int run_inspect(const Options& o, int tokens_shown) {
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
     const int list_length = resolve_list_length(o, c.name, s.topk, sum.list_length - 1);
     if (list_length < s.topk) std::printf("--list-length %s: planned as topk %d\n", o.list_length.c_str(), list_length);
-    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o));
+    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o, c));
     if (plan.kernel == SparseMlaKernel::shared_rows) {
       // The passes before the main kernel: see SparseMlaPlan::union_pass.
       const char* passes = !plan.union_pass ? "" : plan.splits > 1 ? "a union pass, then " : "a union pass, an order pass, then ";
       std::printf("planner (%s, index_sharing %s): shared-rows kernel, %s%d CTAs of %d tokens x "
                   "%d heads%s, %d-entry union tiles, workspace %zu bytes%s\n",
-                  dev_name.c_str(), o.sharing.c_str(), passes, plan.ctas,
+                  dev_name.c_str(), sharing_name(o, c).c_str(), passes, plan.ctas,
                   detail::shared_rows_tokens_per_group(c.num_heads),
                   detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads),
                   plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
@@ -971,7 +980,7 @@ int run_inspect(const Options& o, int tokens_shown) {
     }
     std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
                 "%d-row tiles, workspace %zu bytes%s\n",
-                dev_name.c_str(), o.sharing.c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
+                dev_name.c_str(), sharing_name(o, c).c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
                 plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
     if (plan.fused_rows > 0) {
       int fused = 0;
@@ -1054,7 +1063,7 @@ int main(int argc, char** argv) {
                "a balanced split-K plan (splits sized by each token's valid rows), its schedule made once before the timed calls");
   app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (64 query rows per CTA)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
-  app.add_option("--sharing", o.sharing, "the planner's hint: unknown, consecutive (prefill: tokens share rows), none (decode)")
+  app.add_option("--sharing", o.sharing, "the planner's hint: auto (consecutive for shared-prefix cases, else unknown), unknown, consecutive (prefill: tokens share rows), none (decode)")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
@@ -1083,7 +1092,7 @@ int main(int argc, char** argv) {
   CLI::App* inspect = app.add_subcommand("inspect", "analyse index data: a workload file or a built-in suite");
   inspect->add_option("source", inspect_source, "FILE.jsonl or suite name")->required();
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
-  inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: unknown, consecutive, none")
+  inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: auto, unknown, consecutive, none")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
   inspect->add_option("--list-length", o.list_length, list_length_help)->check(list_length_values);
   dsa::bench::DenseOptions dense_o;
