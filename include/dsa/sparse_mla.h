@@ -57,10 +57,11 @@ inline constexpr int kFp8KpeOffset = 528;       // bytes: the 64 bf16 kpe values
 // and 117-118). At 64 and 128 heads it does not matter: see SparseMlaKernel::shared_rows.
 enum class IndexSharing {
   unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes;
-                // an fp8_ds_mla cache: never), for 32 heads where split-K needs a second wave
-                // (fp8_ds_mla: T >= 256)
+                // an fp8_ds_mla cache: never), for 32 heads from T >= 256 (a bf16 cache with
+                // topk >= 1024: where split-K needs a second wave), with topk >= 512
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
-                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 as unknown
+                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 as
+                // unknown, whatever the topk
   none,         // tokens of different sequences (a decode batch): split_k at 16 and 32 heads
 };
 
@@ -122,11 +123,12 @@ enum class SparseMlaKernel {
                 // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128). A row several
                 // of the CTA's tokens list is gathered and read once for all (prefill, where the
                 // tokens of a sequence share rows); at 64 and 128 heads every row is read once
-                // per 64 heads, not per 16. The planner picks it, never for IndexSharing::none
-                // at 16 and 32 heads: at 16 heads from T >= 2048 (512 for consecutive; an
-                // fp8_ds_mla cache only for consecutive) when its CTAs fill >= 90 % of whole
-                // waves; at 32 heads once split-K needs a second wave (T > the SM count; fp8_ds_mla:
-                // from T >= 256 in whole waves); at 64 and 128 heads, whatever the hint, from 2^17
+                // per 64 heads, not per 16. The planner picks it at 16 and 32 heads never for
+                // IndexSharing::none, and for unknown only with topk >= 512: at 16 heads from
+                // T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for consecutive) when
+                // its CTAs fill >= 90 % of whole waves; at 32 heads, for a bf16 cache with topk >=
+                // 1024 once split-K needs a second wave (T > the SM count), else from T >= 256 in
+                // whole waves; at 64 and 128 heads, whatever the hint, from 2^17
                 // (head block, index position) pairs (head blocks: T x H / 16), 2^16 with topk >=
                 // 1024 (fp8_ds_mla: 3 x 2^15), or more head blocks than two per SM (at topk 2048
                 // on an H100: T >= 8 at 64 heads and T >= 4 at 128; fp8_ds_mla T >= 12 and 6),

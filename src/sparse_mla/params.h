@@ -182,17 +182,21 @@ inline constexpr int kSharedRowsTileEntries = 32;
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 // The planner's thresholds for it (sparse_mla.cpp says why): at 16 heads the smallest T, and the
 // smallest when the caller says consecutive tokens share rows (IndexSharing::consecutive); at
-// 32 heads the smallest T for an fp8_ds_mla cache (a bf16 one: from where split-K needs a second
-// wave); at 64 and 128 the fewest (head block, index position) pairs.
+// 32 heads the smallest T (a bf16 cache with lists of kSharedRowsLongList: from where split-K
+// needs a second wave); at 64 and 128 the fewest (head block, index position) pairs.
 inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
-inline constexpr int kSharedRowsMinTokens32HeadsFp8 = 256;
+inline constexpr int kSharedRowsMinTokens32Heads = 256;
 inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
 // Lists of kSharedRowsLongList positions or more: from half of kSharedRowsMinPairsWide (bf16), or
 // three quarters (fp8_ds_mla, whose split-K tiles cost less).
 inline constexpr int64_t kSharedRowsMinPairsLongList = kSharedRowsMinPairsWide / 2;
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = kSharedRowsMinPairsWide * 3 / 4;
 inline constexpr int kSharedRowsLongList = 1024;
+// At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
+// are then short enough that a partial wave costs little, while shared rows pay the union pass
+// and the masked MMA work per group whatever the list's length.
+inline constexpr int kSharedRowsMinList = 512;
 // Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group, which the
 // group's CTA of the main kernel reads: a 16-byte header (union entries, keys, whether entries
 // are words), then 4 topk + 32 uint32 (entry words padded to whole tiles, or the sorted keys),

@@ -208,8 +208,9 @@
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
-// share none (IndexSharing, sparse_mla.cpp; an fp8 cache only when they share rows); for 32
-// heads where split-K needs a second wave (fp8: from T = 256) unless they share none; for 64 and
+// share none (IndexSharing, sparse_mla.cpp; an fp8 cache only when they share rows; without
+// the hint only for topk >= 512); for 32 heads from T = 256 (bf16 with topk >= 1024: where split-K
+// needs a second wave) unless they share none; for 64 and
 // 128 from 2^17 (head block, position) pairs (2^16 with lists >= 1024, fp8 3 x 2^15, or more head
 // blocks than split-K's two CTAs per SM), whatever the hint. At 16 heads, tokens that share no
 // rows (decode batches) pay the union pass and 4x masked MMA work: it wins on full random lists

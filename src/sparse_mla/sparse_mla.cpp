@@ -345,14 +345,20 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    heads T = 2 20.2 vs 23.7. fp8 (runs 395-396): 32 head blocks of 2048 positions go to
   //    split-K (64 heads T = 8 26.2 vs 28.9, 128 heads T = 4 25.8 vs 28.7), 48 to shared rows
   //    (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7).
-  //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows. bf16: once split-K
-  //    needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows fill
-  //    theirs: random T = 128 / 140 / 192 / 300 / 400 150.7 / 255.3 / 284.2 / 422.1 / 532.6 vs
-  //    191.7 / 192.9 / 196.9 / 369.6 / 371.0 (runs 395-396; the planner took split-K below T = 256
-  //    until then). fp8, whose split-K costs less: from T = 256 in whole waves: T = 192 / 256 /
-  //    300 / 400 / 512 201.5 / 236.9 / 317.2 / 430.2 / 467.8 vs 211.2 / 215.4 / 396.0 / 397.9 /
-  //    396.6. Earlier (bf16): runs of 1-2048 / 300 rows T = 1024 638 / 212 vs 509 / 204, prefill
-  //    T = 1024 / 4096 1074 / 4198 vs 666 / 2546; 16-row lists lose (60 vs 75 at T = 1024).
+  //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
+  //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
+  //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
+  //    fill theirs: random T = 128 / 140 / 192 / 300 / 400 150.7 / 255.3 / 284.2 / 422.1 / 532.6
+  //    vs 191.7 / 192.9 / 196.9 / 369.6 / 371.0 (runs 395-396; the planner took split-K below
+  //    T = 256 until then); topk 1024 T = 200 / 300 / 1024 152.7 / 224.5 / 591.9 vs 117.3 / 216.6
+  //    / 424.9. Otherwise (fp8, whose split-K costs less, or shorter lists) from T = 256 in whole
+  //    waves: fp8 T = 192 / 256 / 300 / 400 / 512 201.5 / 236.9 / 317.2 / 430.2 / 467.8 vs 211.2
+  //    / 215.4 / 396.0 / 397.9 / 396.6; bf16 topk 512 T = 256 / 300 / 512 / 1024 90.8 / 126.1 /
+  //    170.4 / 328.6 vs 90.8 / 140.5 / 152.3 / 281.8. Shorter lists lose (runs 399-400): topk 256
+  //    T = 256 / 300 / 1024 54.2 / 71.8 / 191.7 vs 64.2 / 94.3 / 189.3, topk 64 T = 300 / 1024
+  //    31.1 / 79.1 vs 58.2 / 110.8. Mixed runs of 1-2048 rows at topk 2048 lose at T = 200 (175.8
+  //    vs 193.3; win from 300: 253.9 / 637.1 vs 222.1 / 486.2). Earlier (bf16): runs of 300 rows
+  //    T = 1024 212 vs 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546.
   //  - H = 16 (4 tokens per CTA) when its CTAs fill >= 90 % of whole waves (each CTA runs for its
   //    4 tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
   //    time) and T is large enough for the caller's IndexSharing. Measured (runs 54, 57, 98,
@@ -364,9 +370,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146; at
   //    T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
   //    too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
-  //    takes shared rows from T = 2048 (prefill sizes), with consecutive from T = 512 (128
-  //    groups, one wave; T = 256 is +82 %), with none never. An fp8 cache only with consecutive:
-  //    its split-K is so much cheaper that shared rows lose 46-54 % on lists that share no rows
+  //    takes shared rows from T = 2048 (prefill sizes) for lists of >= 512 positions (random T =
+  //    2048 / 4096 at topk 64 93.5 / 171.1 vs 137.5 / 250.9, 256 251.9 / 481.4 vs 280.8 / 539.9,
+  //    512 440.4 / 873.7 vs 426.3 / 833.1, 1024 769.2 / 1559.1 vs 717.5 / 1425.8; run 400), with
+  //    consecutive from T = 512 (128 groups, one wave; T = 256 is +82 %), with none never. An fp8
+  //    cache only with consecutive: its split-K is so much cheaper that shared rows lose 46-54 %
+  //    on lists that share no rows
   //    (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs T = 4096 1027 vs 1581) and gain
   //    only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192 (1812 / 3133 vs 1696 / 2433; T =
   //    512-2048 +10 to +1 %), but -54 % on a 2048-row prefix (T = 1024: 374 vs 172; runs 395-396).
@@ -394,14 +403,16 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     }
   }
   else if (tokens_per_group == 2)
-    shared_rows_pays = sharing != IndexSharing::none &&
-                       (fp8 ? num_tokens >= detail::kSharedRowsMinTokens32HeadsFp8 && shared_rows_fills_waves
-                            : shared_rows_head_blocks > split_k_slots);  // head blocks = split-K's CTAs of one split
+    shared_rows_pays = sharing != IndexSharing::none && (sharing == IndexSharing::consecutive || topk >= detail::kSharedRowsMinList) &&
+                       (!fp8 && topk >= detail::kSharedRowsLongList
+                            ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
+                            : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
   else  // 16 heads
     shared_rows_pays = shared_rows_fills_waves &&
                        (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
-                        : sharing == IndexSharing::unknown   ? !fp8 && num_tokens >= detail::kSharedRowsMinTokens
-                                                             : false);
+                        : sharing == IndexSharing::unknown
+                            ? !fp8 && num_tokens >= detail::kSharedRowsMinTokens && topk >= detail::kSharedRowsMinList
+                            : false);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;

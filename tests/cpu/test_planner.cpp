@@ -212,6 +212,9 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   }
   for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::split_k);
+  // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 200 (split-K past one wave), fp8 not.
+  EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
+  EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
   // 64 / 128 heads at topk 2048: 32 head blocks (2^16 pairs) differ, 48 (3 x 2^15) do not.
   for (auto [T, H] : {std::pair{8, 64}, std::pair{4, 128}}) {
     EXPECT_EQ(fp8_kernel(T, H), SparseMlaKernel::split_k) << T << " " << H;
@@ -263,6 +266,28 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   }
   for (int T : {256, 1024, 4096}) EXPECT_EQ(kernel(T, IndexSharing::none), SparseMlaKernel::split_k) << T;
   EXPECT_EQ(plan_sparse_mla(1024, 32, 2048, kH100).ctas, 512);
+}
+
+// Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
+// heads; at 32 heads lists of 512-1023 positions take shared rows from T = 256 in whole waves
+// only, 1024 and more once split-K needs a second wave (docs/perf.md runs 399-400).
+TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
+  const auto kernel = [](int T, int H, int topk, IndexSharing sharing = IndexSharing::unknown) {
+    return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel;
+  };
+  for (int topk : {64, 256, 511})
+    for (auto [T, H] : {std::pair{4096, 16}, std::pair{1024, 32}, std::pair{300, 32}}) {
+      EXPECT_EQ(kernel(T, H, topk), SparseMlaKernel::split_k) << T << " " << H << " " << topk;
+      EXPECT_EQ(kernel(T, H, topk, IndexSharing::consecutive), T == 300 ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows)
+          << T << " " << H << " " << topk;  // 150 CTAs of 2 tokens: 2 waves at 57 %
+    }
+  for (int topk : {512, 1023}) {
+    EXPECT_EQ(kernel(4096, 16, topk), SparseMlaKernel::shared_rows) << topk;
+    for (int T : {256, 512, 1024}) EXPECT_EQ(kernel(T, 32, topk), SparseMlaKernel::shared_rows) << T << " " << topk;
+    for (int T : {200, 300}) EXPECT_EQ(kernel(T, 32, topk), SparseMlaKernel::split_k) << T << " " << topk;
+  }
+  for (int T : {133, 200, 300}) EXPECT_EQ(kernel(T, 32, 1024), SparseMlaKernel::shared_rows) << T;
+  EXPECT_EQ(kernel(132, 32, 1024), SparseMlaKernel::split_k);
 }
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
