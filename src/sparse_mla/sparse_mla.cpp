@@ -409,10 +409,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                             : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
   else  // 16 heads
     shared_rows_pays = shared_rows_fills_waves &&
-                       (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
-                        : sharing == IndexSharing::unknown
-                            ? !fp8 && num_tokens >= detail::kSharedRowsMinTokens && topk >= detail::kSharedRowsMinList
-                            : false);
+                       (sharing == IndexSharing::consecutive
+                            ? num_tokens >= detail::kSharedRowsMinTokensSharing
+                            : sharing == IndexSharing::unknown && !fp8 && num_tokens >= detail::kSharedRowsMinTokens &&
+                                  topk >= detail::kSharedRowsMinList);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
