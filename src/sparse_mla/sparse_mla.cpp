@@ -402,17 +402,17 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       shared_rows_splits = ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, shared_rows_splits));
     }
   }
-  else if (tokens_per_group == 2)
-    shared_rows_pays = sharing != IndexSharing::none && (sharing == IndexSharing::consecutive || topk >= detail::kSharedRowsMinList) &&
-                       (!fp8 && topk >= detail::kSharedRowsLongList
-                            ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
-                            : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
-  else  // 16 heads
-    shared_rows_pays = shared_rows_fills_waves &&
-                       (sharing == IndexSharing::consecutive
-                            ? num_tokens >= detail::kSharedRowsMinTokensSharing
-                            : sharing == IndexSharing::unknown && !fp8 && num_tokens >= detail::kSharedRowsMinTokens &&
-                                  topk >= detail::kSharedRowsMinList);
+  // At 16 and 32 heads: never for none, and without consecutive only for lists of
+  // kSharedRowsMinList positions or more.
+  const bool hint_allows = sharing == IndexSharing::consecutive || (sharing == IndexSharing::unknown && topk >= detail::kSharedRowsMinList);
+  if (tokens_per_group == 2)
+    shared_rows_pays = hint_allows && (!fp8 && topk >= detail::kSharedRowsLongList
+                                           ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
+                                           : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
+  else if (tokens_per_group == 4)  // 16 heads
+    shared_rows_pays = hint_allows && shared_rows_fills_waves &&
+                       (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
+                                                             : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
