@@ -186,7 +186,8 @@ struct SparseMlaPlan {
   // Needs topk <= kMaxChunk and T <= kBalancedMaxTokens; excludes row_order and fused_rows.
   bool balanced = false;
   size_t schedule_bytes = 0;  // balanced: the schedule buffer make_sparse_mla_schedule fills; else 0
-  // split_k: fp32 partials, 0 when splits == 1; shared_rows: with a union pass each group's row
+  // split_k: a partial per split (bf16 output, fp32 lse: 1028 bytes per head), 0 when
+  // splits == 1; shared_rows: with a union pass each group's row
   // union (48 KB per group at topk 2048), its size and the order the groups run in, then the
   // partials of its splits when splits > 1.
   size_t workspace_bytes = 0;

@@ -34,8 +34,8 @@ struct SparseMlaParams {
   // SparseMlaPlan::row_order: bits > 0 sorts the rows by bits [shift, shift + bits) (row_order_key_bits).
   int row_order_shift, row_order_bits;
   int fused_rows;        // > 0: every CTA reads the token's whole index list (SparseMlaPlan::fused_rows)
-  float* partial_out;    // [T, H, splits, 512] fp32, normalised per split (splits > 1)
-  float* partial_lse;    // [T, H, splits] base 2, -inf for a split with no valid row
+  uint16_t* partial_out;  // [T, H, splits, 512] bf16 bits, normalised per split (splits > 1; partials.cuh)
+  float* partial_lse;     // [T, H, splits] base 2, -inf for a split with no valid row
   uint8_t* shared_rows_union;  // shared-rows workspace: a record per group of 4 head blocks, their sizes, their order (layout below)
   bool shared_rows_union_pass;  // false: each shared-rows CTA compacts its token's list (SparseMlaPlan::union_pass)
   // What a split takes, for the combine: split-K split s index positions [s * chunk, s * chunk +

@@ -42,7 +42,7 @@
 //      the waiters acquire; compute-sanitizer's racecheck and synccheck follow that.
 //   3. Epilogue: normalise, stage the 64 x 512 bf16 tile in shared memory, write whole rows and
 //      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
-//      (few groups, small T at 64 and 128 heads): then each split writes fp32 partials and the
+//      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. At 64 and
 //      128 heads with one wave of CTAs there is no union or order pass: each CTA compacts its
 //      token's list itself and gathers its first two tiles while Q is still landing.
@@ -133,7 +133,7 @@
 //               H = 64 random T = 1024 2827 -> 906 us (split-K 2183), prefill T = 4096 6865 ->
 //               3217 (split-K 8274); H = 128 random T = 1024 5595 -> 1606 (4251); H = 32 random
 //               T = 1024 1437 -> 808 (1127), prefill T = 4096 3451 -> 2546 (4198).
-//   v12         splits for fewer groups than SMs at 64 and 128 heads (fp32 partials + the split-K
+//   v12         splits for fewer groups than SMs at 64 and 128 heads (partials + the split-K
 //               combine), and no union or order pass for one wave of one-token groups (each CTA
 //               compacts its list). Random, topk 2048, planner vs split-K (runs 134-135): H = 64
 //               T = 16 / 32 35.2 / 52.5 us (47.0 / 83.7), T = 64 79.6 (unsplit shared rows 109.1,
@@ -185,6 +185,9 @@
 //               prefill T = 4096 1756 / 1770 -> 1705 / 1697, T = 2048 963 / 952 -> 926 / 933, random
 //               T = 1024 at 32 / 64 / 128 heads 787 / 836 / 1615 -> 770 / 824 / 1580 (second
 //               round alike), 64 heads T = 64 73.8 -> 73.4 / 72.9; bf16 prefill unchanged (1569 / 1567).
+//   v19         splits write bf16 partials (partials.cuh; was fp32): half the partials' bytes both
+//               ways. A/B twice (run 409, us): 64 heads T = 16 35.4-35.6 -> 33.0-33.1, 128 heads
+//               T = 4 27.2 -> 23.6-23.8.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
@@ -234,6 +237,7 @@
 #include "common/block_compact.cuh"
 #include "common/wgmma.cuh"
 #include "sparse_mla/params.h"
+#include "sparse_mla/partials.cuh"
 #include "sparse_mla/fp8_rows.cuh"
 
 namespace dsa::detail {
@@ -784,7 +788,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   //    groups, no order pass) CTA b computes split b % splits of group b / splits, known before
   //    the union pass ends, so Q's loads go out before the wait; the combine may launch now (it
   //    waits for this grid).
-  const bool split_out = p.splits > 1;  // fp32 partials for the combine, not out and lse
+  const bool split_out = p.splits > 1;  // partials for the combine, not out and lse
   int group, split = 0;
   if (split_out || !p.shared_rows_union_pass) {
     if (split_out) ptx::launch_dependents();
@@ -1315,7 +1319,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
                                   timeline[kTlOutputGather] = gather_time, timeline[kTlOutputLanded] = wait_landed;
 
     // Epilogue: normalise and stage the 64 x 512 bf16 tile over the tiles; a split writes its
-    // fp32 partial rows straight from registers (4 lanes fill a 32-byte sector of a row).
+    // partial rows straight from registers (partials.cuh: 4 lanes fill a 32-byte sector of a row).
     ptx::named_barrier_sync_unaligned(kBarEpilogue, kThreads);  // (a) 1/l written; every warpgroup is done with the tiles
     const float inv0 = s_inv_l[row0], inv1 = s_inv_l[row0 + 8];
     uint16_t* staged = reinterpret_cast<uint16_t*>(smem + kTilesOffset);
@@ -1325,13 +1329,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int row = row0 + 8 * r;
-          if (!row_live(row)) continue;
+          const bool live = row_live(row);  // every lane takes part in the stores' shuffles
           const float inv = r == 0 ? inv0 : inv1;
-          float* dst = p.partial_out + ((int64_t{token_of_row(row)} * p.num_heads + head_of_row(row)) * p.splits + split) * kCkvDim +
-                       og * kDimsPerGroup + col0;
+          const int64_t dst = live ? ((int64_t{token_of_row(row)} * p.num_heads + head_of_row(row)) * p.splits + split) * kCkvDim +
+                                         og * kDimsPerGroup : 0;
 #pragma unroll
-          for (int n = 0; n < kOAcc / 4; ++n)
-            *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+          for (int n = 0; n < kOAcc / 4; n += 2)
+            store_partial_tiles(p.partial_out, dst + 8 * n, o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv,
+                                o[4 * n + 4 + 2 * r] * inv, o[4 * n + 4 + 2 * r + 1] * inv, live);
         }
       }
     } else {

@@ -25,9 +25,12 @@ using detail::require_disjoint;
 using detail::require_pointer;
 using detail::require_vector_stride;
 
-// fp32 partial outputs [T, H, splits, 512] then partial lse [T, H, splits].
+// One partial: a split's bf16 output row (partials.cuh) and its fp32 lse.
+constexpr size_t kPartialBytes = kCkvDim * sizeof(uint16_t) + sizeof(float);
+
+// bf16 partial outputs [T, H, splits, 512] then fp32 partial lse [T, H, splits].
 size_t workspace_for(int num_tokens, int num_heads, int splits) {
-  return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * (kCkvDim + 1) * sizeof(float) : 0;
+  return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * kPartialBytes : 0;
 }
 
 // The shared-rows kernel's: with a union pass each group's union, sizes and order (a 16-byte
@@ -39,9 +42,9 @@ size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int sp
   return shared_rows_union_bytes(num_tokens, num_heads, topk, union_pass) + workspace_for(num_tokens, num_heads, splits);
 }
 
-// Balanced split-K's workspace: fp32 partial outputs [slots, H, 512] and lse [slots, H], by split slot.
+// Balanced split-K's workspace: bf16 partial outputs [slots, H, 512] and fp32 lse [slots, H], by split slot.
 size_t balanced_workspace_for(int num_heads, int slots) {
-  return static_cast<size_t>(slots) * num_heads * (kCkvDim + 1) * sizeof(float);
+  return static_cast<size_t>(slots) * num_heads * kPartialBytes;
 }
 // A balanced plan's split slots per head group.
 int balanced_slots(const SparseMlaPlan& plan) { return plan.ctas / (plan.num_heads / kHeadGroup); }
@@ -58,16 +61,16 @@ void set_balanced(detail::SparseMlaParams& p, const SparseMlaPlan& plan, void* w
   p.token_splits = reinterpret_cast<int2*>(base + l.token_splits);
   p.token_rows = reinterpret_cast<int*>(base + l.token_rows);
   if (workspace != nullptr) {
-    p.partial_out = static_cast<float*>(workspace);
-    p.partial_lse = p.partial_out + static_cast<size_t>(p.balanced_slots) * p.num_heads * kCkvDim;
+    p.partial_out = static_cast<uint16_t*>(workspace);
+    p.partial_lse = reinterpret_cast<float*>(p.partial_out + static_cast<size_t>(p.balanced_slots) * p.num_heads * kCkvDim);
   }
 }
 
 // Points p's partials into a workspace that holds them from byte `offset` on.
 void set_partials(detail::SparseMlaParams& p, void* workspace, size_t offset) {
   if (p.splits <= 1) return;
-  p.partial_out = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + offset);
-  p.partial_lse = p.partial_out + static_cast<size_t>(p.num_tokens) * p.num_heads * p.splits * kCkvDim;
+  p.partial_out = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(workspace) + offset);
+  p.partial_lse = reinterpret_cast<float*>(p.partial_out + static_cast<size_t>(p.num_tokens) * p.num_heads * p.splits * kCkvDim);
 }
 
 struct ResolvedStrides {

@@ -15,8 +15,8 @@
 //      and runs the same online softmax (base 2).
 //   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
 //   6. Epilogue: bf16 out + lse when splits == 1 (the tile staged in shared memory by stmatrix,
-//      written as whole rows), else fp32 partials straight from the fragments + the split's
-//      lse, which a combine kernel (programmatic dependent launch) merges.
+//      written as whole rows), else bf16 partials straight from the fragments + the split's
+//      fp32 lse, which a combine kernel (programmatic dependent launch) merges in fp32.
 // Lists of at most 2 valid rows (kLeanRows) in a CTA that writes bf16 skip steps 3-6 after the
 // compaction: each warp finishes 4 heads with FMAs from registers (lean_rows_forward).
 // Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
@@ -113,6 +113,13 @@
 //                lengths 2-valid 4.9 -> 4.4, T=1 random 10.0 -> 9.6-9.7, T=8 14.2 -> 13.7, T=64
 //                70.4-70.5 -> 69.7-69.9, as without them (run 392). Loaded after Q's copies
 //                instead (lengths-after-q, run 389): 5.1, and T=1 random +0.2 without lengths.
+//   v23          partials in bf16 (partials.cuh; fp32 lse, the merge in fp32), a quad's two tiles of a
+//                row per whole sector: A/B twice (run 409, us): T=8 runs 13.7-13.8 -> 13.2, T=2 / 4
+//                / 16 random 11.6 / 17.2 / 29.8 -> 11.2 / 16.8 / 29.2, T=128 110.4-110.9 -> 107.6-107.8,
+//                64 heads T=1 15.3 -> 14.8; fp8 T=1 / 8 9.4 / 12.8 -> 9.2 / 12.3; T=1 random, T=32
+//                and T=64 within 0.2 us, T=64 runs +0.3. rel-L2 vs float64 1.3e-3 -> 2.3e-3. First
+//                try (run 407): T=1 random 9.7 -> 11.2, from half-sector stores (+0.4 us per CTA)
+//                and a combine whose select around each load and its widening serialised its loads.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -182,6 +189,7 @@
 #include "common/block_compact.cuh"
 #include "dsa/sparse_mla.h"
 #include "sparse_mla/params.h"
+#include "sparse_mla/partials.cuh"
 #include "sparse_mla/fp8_rows.cuh"
 
 namespace dsa::detail {
@@ -782,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   }
   const int* rows = s_rows + row0;
   mark(2);
-  // Splits merged by the combine write fp32 partials; every other CTA writes bf16 out + lse.
+  // Splits merged by the combine write partials (partials.cuh); every other CTA writes bf16 out + lse.
   const bool split_out = p.splits > 1 && !fused;
   if constexpr (kStage == kStageFull) {
     if (!split_out && nvalid <= kLeanRows) {
@@ -1088,8 +1096,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   ptx::cp_async_wait<0>();  // nothing may be in flight when the CTA exits
   mark(5);
 
-  // 6. Epilogue: normalise; fp32 partials go straight from the fragments (a quad's 4 x 8 bytes
-  //    are one whole 32-byte sector); the bf16 tile is staged in shared memory (the pipeline
+  // 6. Epilogue: normalise; partials go straight from the fragments, a quad's two adjacent
+  //    tiles of a row per whole 32-byte sector (partials.cuh); the bf16 tile is staged in shared memory (the pipeline
   //    buffers are free now) and written as whole rows with 16-byte stores: its fragments'
   //    4-byte stores, half a sector per quad, took 0.8 us per CTA at T=1 (dsa-bench --timeline).
   float inv_l[2], lse[2];
@@ -1115,19 +1123,20 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
                      : ((int64_t)t * p.num_heads + h0 + i) * p.splits + split;
   };
   if (split_out) {
-    // fp32 partials straight from the fragments: a quad's 4 x 8 bytes are one whole sector.
+    // Partials straight from the fragments: a quad fills one whole sector per store.
     if (nvalid > 0) {  // the combine never reads O of an empty split
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // rows g and g + 8
-        float* dst = p.partial_out + partial_slot(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV + quad_col;
-        if constexpr (kFp8) {  // dims 16 D + 2 quad_col: a quad's 4 x 16 bytes are two whole sectors
+        const int64_t dst = partial_slot(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV;
+        if constexpr (kFp8) {  // dims 16 D + 2 quad_col .. + 3: a quad's 4 x 8 bytes are one whole sector
 #pragma unroll
           for (int chunk = 0; chunk < kDimsPerWarpV / 16; ++chunk)
-            *reinterpret_cast<float4*>(dst + quad_col + chunk * 16) = fp8_dims4(chunk, r);
+            store_partial4(p.partial_out, dst + 2 * quad_col + chunk * 16, fp8_dims4(chunk, r));
         } else {
 #pragma unroll
-          for (int j = 0; j < kDimsPerWarpV / 8; ++j)
-            *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r]);
+          for (int j = 0; j < kDimsPerWarpV / 8; j += 2)
+            store_partial_tiles(p.partial_out, dst + j * 8, o_acc[j][2 * r] * inv_l[r], o_acc[j][2 * r + 1] * inv_l[r],
+                                o_acc[j + 1][2 * r] * inv_l[r], o_acc[j + 1][2 * r + 1] * inv_l[r], true);
         }
       }
     }
@@ -1222,8 +1231,8 @@ __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, in
 // split's values were never written, so they are selected away, never multiplied. Returns the
 // sum of the weights.
 template <int kN, int kV>
-__device__ __forceinline__ float add_weighted_splits(float4 (&acc)[kV], const float (&ls)[kN], const float4 (&v)[kN][kV],
-                                                     float m) {
+__device__ __forceinline__ float add_weighted_splits(float4 (&acc)[kV], const float (&ls)[kN],
+                                                     const uint2 (&v)[kN][kV], float m) {
   float sum = 0.f;
 #pragma unroll
   for (int u = 0; u < kN; ++u) {
@@ -1232,8 +1241,9 @@ __device__ __forceinline__ float add_weighted_splits(float4 (&acc)[kV], const fl
     sum += w;
 #pragma unroll
     for (int i = 0; i < kV; ++i) {
-      acc[i].x += live ? w * v[u][i].x : 0.f; acc[i].y += live ? w * v[u][i].y : 0.f;
-      acc[i].z += live ? w * v[u][i].z : 0.f; acc[i].w += live ? w * v[u][i].w : 0.f;
+      const float4 x = widen_partial4(v[u][i]);
+      acc[i].x += live ? w * x.x : 0.f; acc[i].y += live ? w * x.y : 0.f;
+      acc[i].z += live ? w * x.z : 0.f; acc[i].w += live ? w * x.w : 0.f;
     }
   }
   return sum;
@@ -1243,7 +1253,7 @@ __device__ __forceinline__ float add_weighted_splits(float4 (&acc)[kV], const fl
 // then the round's splits are added. A round with nothing valid so far changes nothing.
 template <int kN, int kV>
 __device__ __forceinline__ void merge_round(float& m, float& l, float4 (&acc)[kV], const float (&ls)[kN],
-                                            const float4 (&v)[kN][kV]) {
+                                            const uint2 (&v)[kN][kV]) {
   float m_new = m;
 #pragma unroll
   for (int u = 0; u < kN; ++u) m_new = fmaxf(m_new, ls[u]);
@@ -1295,16 +1305,16 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   }
   ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
-  const float* po = p.partial_out + th * p.splits * kCkvDim + lane * 4;
+  const int64_t po = th * p.splits * kCkvDim + lane * 4;
   float ls[kFewSplits];
-  float4 v[kFewSplits][4];
+  uint2 v[kFewSplits][4];
 #pragma unroll
   for (int u = 0; u < kFewSplits; ++u) {
     ls[u] = u < p.splits ? lse_s[u] : -INFINITY;
     const bool load = u < p.splits && ((live >> u) & 1u);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      v[u][i] = load ? *reinterpret_cast<const float4*>(po + u * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[u][i] = load ? load_partial4(p.partial_out, po + u * kCkvDim + i * 128) : make_uint2(0u, 0u);
   }
   float mx = -INFINITY;
 #pragma unroll
@@ -1336,7 +1346,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
   float4 acc[4] = {};
   for (int s0 = 0; s0 < run.splits; s0 += kFewSplits) {
     float ls[kFewSplits];
-    float4 v[kFewSplits][4];
+    uint2 v[kFewSplits][4];
 #pragma unroll
     for (int u = 0; u < kFewSplits; ++u) {
       const bool in = s0 + u < run.splits;
@@ -1344,8 +1354,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
       ls[u] = in ? p.partial_lse[slot] : -INFINITY;
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        v[u][i] = in ? *reinterpret_cast<const float4*>(p.partial_out + slot * kCkvDim + lane * 4 + i * 128)
-                     : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u][i] = in ? load_partial4(p.partial_out, slot * kCkvDim + lane * 4 + i * 128) : make_uint2(0u, 0u);
     }
     merge_round(m, l, acc, ls, v);
   }
@@ -1385,14 +1394,14 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   }
   ptx::wait_prerequisites();
   const int dim0 = part * (kCkvDim / kParts) + lane * 4;  // + i * 128
-  const float* po = p.partial_out + dim0;
+
   float m = -INFINITY, l = 0.f;
   float4 acc[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s0 = warp; s0 < splits; s0 += kCombineWarps * kCombineUnroll) {
     float ls[kCombineUnroll];
-    float4 v[kCombineUnroll][kVec];
+    uint2 v[kCombineUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
       const int s = s0 + kCombineWarps * u;
@@ -1403,7 +1412,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
       const bool load = s < splits && (kBalanced || p.fused_rows == 0 || ((live >> s) & 1u));
 #pragma unroll
       for (int i = 0; i < kVec; ++i)
-        v[u][i] = load ? *reinterpret_cast<const float4*>(po + slot * kCkvDim + i * 128) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[u][i] = load ? load_partial4(p.partial_out, dim0 + slot * kCkvDim + i * 128) : make_uint2(0u, 0u);
     }
     merge_round(m, l, acc, ls, v);
   }

@@ -41,11 +41,11 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           if (p.chunk < topk) EXPECT_EQ(p.chunk % 32, 0) << "whole union tiles per split";
           EXPECT_EQ(p.union_pass, !(H >= 64 && p.ctas <= 132));  // one wave at 64+ heads: CTAs compact their lists
         }
-        // Split-K: fp32 partials per split; shared rows: with a union pass a union record per
-        // group (48 KB at topk 2048), then two ints per group (the unions' sizes, the order), each
-        // array rounded up to 16 bytes; then the partials of its splits.
+        // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
+        // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
+        // sizes, the order), each array rounded up to 16 bytes; then the partials of its splits.
         const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
-        const size_t partials = p.splits > 1 ? size_t(T) * H * p.splits * (512 + 1) * 4 : 0;
+        const size_t partials = p.splits > 1 ? size_t(T) * H * p.splits * (512 * 2 + 4) : 0;
         const size_t unions = shared_rows && p.union_pass ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16) : 0;
         EXPECT_EQ(p.workspace_bytes, unions + partials);
         const int launches = shared_rows ? (p.union_pass ? 1 : 0) + (p.union_pass && p.splits == 1 ? 1 : 0) + 1 + (p.splits > 1 ? 1 : 0)
@@ -326,7 +326,7 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   EXPECT_EQ(t16.ctas, 128);
   EXPECT_FALSE(t16.union_pass);
   EXPECT_EQ(t16.launches, 2);  // main, combine
-  EXPECT_EQ(t16.workspace_bytes, size_t(16) * 64 * 8 * 513 * 4);
+  EXPECT_EQ(t16.workspace_bytes, size_t(16) * 64 * 8 * 1028);
   EXPECT_EQ(t16.fused_rows, 256);  // a list of <= 256 valid rows: split 0 alone, no merge
   const SparseMlaPlan t3 = plan_sparse_mla(3, 128, 2048, kH100, PlanChoice{}, IndexSharing::none);
   EXPECT_EQ(t3.kernel, SparseMlaKernel::split_k);
@@ -392,7 +392,7 @@ TEST(Planner, ForcedChoicesAreHonouredAndChecked) {
   EXPECT_EQ(p.chunk, 293);  // ceil(2048 / 7): a forced split may end mid-tile
   EXPECT_EQ(p.splits, 7);
   EXPECT_EQ(p.ctas, 4 * 2 * 7);
-  EXPECT_EQ(p.workspace_bytes, size_t(4) * 32 * 7 * 513 * 4);
+  EXPECT_EQ(p.workspace_bytes, size_t(4) * 32 * 7 * 1028);
   const SparseMlaPlan one = plan_sparse_mla(4, 16, 2048, kH100, PlanChoice{0, 1});
   EXPECT_EQ(one.splits, 1);
   EXPECT_EQ(one.workspace_bytes, 0u);
@@ -423,7 +423,7 @@ TEST(Planner, BalancedScheduleWhenForcedAndItsLimits) {
       const int slots = std::max(T, 264 / (H / 16));
       EXPECT_EQ(p.ctas, slots * (H / 16));
       EXPECT_EQ(p.launches, 2);  // main, combine
-      EXPECT_EQ(p.workspace_bytes, size_t(slots) * H * 513 * 4);
+      EXPECT_EQ(p.workspace_bytes, size_t(slots) * H * 1028);
       // header, a 16-byte entry per slot, 8 + 4 bytes per token, rounded to 16
       EXPECT_EQ(p.schedule_bytes, (16 + size_t(slots) * 16 + size_t(T) * 12 + 15) / 16 * 16);
     }

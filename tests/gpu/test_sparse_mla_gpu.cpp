@@ -590,6 +590,60 @@ TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
     }
 }
 
+// Split partials are bf16 (src/sparse_mla/partials.cuh): an output that cancels partials of
+// magnitude M carries up to ~2^-9 M more absolute error than fp32 partials would, the bound
+// docs/design.md states. Here every token lists 2048 consecutive rows whose dims 256-511 (the
+// output's, not the logits': Q is 0 there) are +A in the first half and -A in the second, so
+// every split's partial is ~ +-A and the output their near-cancelling difference. Each element
+// must stay within 2^-8 max|V| of float64 (a partial's bf16 rounding, under weights that sum to
+// 1, plus P's). Split-K (16 heads, bf16 and fp8 caches) and shared rows' splits (128 heads).
+TEST_F(Gpu, SplitPartialsStayWithinBf16OfTheirValuesWhenTheyCancel) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  constexpr double kA = 37.3;
+  struct Case {
+    int T, H;
+    bool fp8;
+    PlanChoice::Kernel kernel;
+  };
+  for (const Case c : {Case{2, 16, false, PlanChoice::Kernel::split_k}, Case{2, 16, true, PlanChoice::Kernel::split_k},
+                       Case{4, 128, false, PlanChoice::Kernel::shared_rows}}) {
+    HostProblem hp = make_problem(c.T, c.H, 2048, 64, 32 * c.T, IndexPattern::random, seed_of(c.T, c.H, c.fp8, 7));
+    std::mt19937_64 rng(seed_of(c.T, c.H, c.fp8, 8));
+    std::uniform_real_distribution<double> noise(-1.0, 1.0);
+    for (int t = 0; t < c.T; ++t)
+      for (int i = 0; i < 2048; ++i) hp.indices[size_t(t) * 2048 + i] = t * 2048 + i;
+    for (int64_t r = 0; r < hp.rows(); ++r)
+      for (int d = 256; d < kCkvDim; ++d)
+        hp.ckv[size_t(r) * kCkvDim + d] = float_to_bf16(float((r % 2048 < 1024 ? kA : -kA) * (1.0 + 0.01 * noise(rng))));
+    for (size_t i = 0; i < hp.q_nope.size(); ++i)
+      if (i % kCkvDim >= 256) hp.q_nope[i] = 0;
+    if (c.fp8) hp.to_fp8(false);
+    double max_v = 0;
+    for (uint16_t v : hp.ckv) max_v = std::max(max_v, std::fabs(double(bf16_to_float(v))));
+    PlanChoice choice;
+    choice.kernel = c.kernel;
+    const SparseMlaPlan plan = plan_sparse_mla(c.T, c.H, 2048, dev, choice, IndexSharing::unknown, hp.kv_format);
+    const std::string what = std::to_string(c.H) + " heads" + (c.fp8 ? " fp8" : "") + ", splits " + std::to_string(plan.splits);
+    ASSERT_GT(plan.splits, 1) << what << ": the plan must write partials";
+    std::vector<double> ro, rl;
+    reference(hp, ro, rl);
+    DeviceProblem d(hp);
+    const Agreement a = forward_and_judge(d, d.view(), plan, ro, rl);
+    std::vector<uint16_t> o;
+    std::vector<float> l;
+    d.fetch(o, l);
+    double worst = 0, cancelled = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(bf16_to_float(o[i])) - ro[i]));
+      if (i % kCkvDim >= 256) cancelled = std::max(cancelled, std::fabs(ro[i]));
+    }
+    EXPECT_LT(cancelled, kA / 4) << what << ": the output must cancel the partials";
+    EXPECT_LE(worst, std::ldexp(max_v, -8)) << what << ": " << a.summary();
+    EXPECT_EQ(a.non_finite, 0) << what;
+    EXPECT_LE(a.max_lse_err, 1e-2) << what;
+  }
+}
+
 // ---- fused rows: tokens with few valid indices finish in split 0, the rest are merged ------
 // Per token, `counts[t]` valid rows at random positions; every other position holds -1 or an
 // out-of-range row. Counts straddle one chunk (32 at T=1 H=16, 64 at T=8 H=16, 512 at T=64), so

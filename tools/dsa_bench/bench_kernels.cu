@@ -78,15 +78,16 @@ __global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const CacheR
 }
 
 // The output floor: the gather floor's loads, then what any design that splits a token over
-// several blocks must add to them, with no math: each block writes a 16 x 512 fp32 partial and
-// 16 lse values, the token's blocks meet at a barrier in L2 (one arrival counter per token,
-// which only grows: call c waits for c x n arrivals), and each block merges 1 / n of the
-// token's output from every partial (8 float4 loads per thread, all in flight; partial sums per
-// thread, then across threads in shared memory) and writes it as bf16. A token of one block
+// several blocks must add to them, with no math: each block writes a 16 x 512 bf16 partial (as
+// the kernels do, partials.cuh) and 16 fp32 lse values, the token's blocks meet at a barrier in
+// L2 (one arrival counter per token, which only grows: call c waits for c x n arrivals), and
+// each block merges 1 / n of the token's output from every partial (8 loads of 4 values per
+// thread, all in flight; partial sums per thread, then across threads in shared memory) and
+// writes it as bf16. A token of one block
 // writes its bf16 output straight away. The blocks are launched normally: the caller checks
 // that they fit the chip at once, and a barrier that waits too long gives up and flags it.
 constexpr int kMergeThreads = kProbeThreads;
-constexpr int kPartialVec4 = kProbeHeads * 512 / 4;            // float4 per partial: 2048
+constexpr int kPartialVec4 = kProbeHeads * 512 / 4;            // 4-value items per partial: 2048
 constexpr int kMergeLoads = kPartialVec4 / kMergeThreads;       // 8 per thread
 constexpr int kMaxMergeOwn = kPartialVec4 / 2 / kMergeThreads;  // output float4 per thread, n = 2: 4
 
@@ -103,10 +104,11 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
       out[static_cast<int64_t>(t) * (kPartialVec4 / 2) + i] = make_uint4(bits, bits, bits, bits);
     return;
   }
-  float4* part = reinterpret_cast<float4*>(partials);
-  float* lse = partials + blocks * kPartialVec4 * 4;
+  uint2* part = reinterpret_cast<uint2*>(partials);  // 4 bf16 per item
+  float* lse = partials + blocks * kPartialVec4 * 2;
+  const unsigned bits = pack(v, v);
 #pragma unroll
-  for (int u = 0; u < kMergeLoads; ++u) part[block * kPartialVec4 + u * kMergeThreads + threadIdx.x] = make_float4(v, v, v, v);
+  for (int u = 0; u < kMergeLoads; ++u) part[block * kPartialVec4 + u * kMergeThreads + threadIdx.x] = make_uint2(bits, bits);
   if (threadIdx.x < kProbeHeads) lse[block * kProbeHeads + threadIdx.x] = v;
   __syncthreads();  // the partial written by every thread
   if (threadIdx.x == 0) {
@@ -125,13 +127,18 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
   const int per = kPartialVec4 / n;                                // float4 of the output this block merges
   const int own = per >= kMergeThreads ? per / kMergeThreads : 1;  // output float4 per thread
   const int groups = per >= kMergeThreads ? 1 : kMergeThreads / per;  // threads per output float4
-  const float4* tok = part + b0 * kPartialVec4 + s * per;
-  float4 x[kMergeLoads];
+  const uint2* tok = part + b0 * kPartialVec4 + s * per;
+  uint2 raw[kMergeLoads];
 #pragma unroll
   for (int u = 0; u < kMergeLoads; ++u) {
     const int i = u * kMergeThreads + threadIdx.x;
-    x[u] = __ldcg(tok + static_cast<int64_t>(i / per) * kPartialVec4 + i % per);
+    raw[u] = __ldcg(tok + static_cast<int64_t>(i / per) * kPartialVec4 + i % per);
   }
+  float4 x[kMergeLoads];  // widened after every load is issued
+#pragma unroll
+  for (int u = 0; u < kMergeLoads; ++u)
+    x[u] = make_float4(__uint_as_float(raw[u].x << 16), __uint_as_float(raw[u].x & 0xffff0000u),
+                       __uint_as_float(raw[u].y << 16), __uint_as_float(raw[u].y & 0xffff0000u));
   float l = 0.f;  // the lse of every split and head, as a merge needs them
   for (int i = threadIdx.x; i < kProbeHeads * n; i += kMergeThreads) l += __ldcg(lse + b0 * kProbeHeads + i);
   float4 sum[kMaxMergeOwn];
@@ -306,7 +313,7 @@ int max_merge_blocks(int sm_count) {
 }
 
 size_t merge_partials_bytes(int num_tokens, int splits) {
-  return splits < 2 ? 0 : size_t(num_tokens) * splits * (size_t(kPartialVec4) * 16 + kProbeHeads * 4);
+  return splits < 2 ? 0 : size_t(num_tokens) * splits * (size_t(kPartialVec4) * 8 + kProbeHeads * 4);
 }
 
 void launch_gather_merge(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk,
@@ -331,7 +338,7 @@ int max_split_by_rows_blocks(int sm_count) {
 }
 
 size_t split_by_rows_partials_bytes(int num_tokens) {
-  return size_t(num_tokens) * kMaxRowSplits * (size_t(kPartialVec4) * 16 + kProbeHeads * 4);
+  return size_t(num_tokens) * kMaxRowSplits * (size_t(kPartialVec4) * 8 + kProbeHeads * 4);
 }
 
 void launch_split_by_rows(const CacheRows& cache, const uint16_t* q, const int32_t* indices, int num_tokens,

@@ -22,7 +22,7 @@ struct CacheRows {
 void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
                         unsigned* sink, cudaStream_t stream, bool l2_only = false);
 // The output floor (gather_merge_kernel in bench_kernels.cu): the same loads, then, with each
-// token split over `splits` blocks (a power of 2 <= 64), 16 x 512 fp32 partials, a barrier per
+// token split over `splits` blocks (a power of 2 <= 64), 16 x 512 bf16 partials, a barrier per
 // token in L2 and a merge of each block's 1 / splits of the bf16 output into out[T, 16, 512];
 // one split writes out straight away. `partials` holds merge_partials_bytes(); `arrivals` [T]
 // starts zeroed and only grows: call n of a sequence passes target = n x splits. Splits > 1

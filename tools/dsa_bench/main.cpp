@@ -122,7 +122,7 @@ struct Result {
   // share rows (the random pattern), it is well below the index-order floor.
   Timing gather_row_order;
   // The output floor (launch_gather_merge): the gather's loads plus what a design that splits a
-  // token over several SMs must add (fp32 partials, a barrier in L2, the merge, the bf16 output),
+  // token over several SMs must add (bf16 partials, a barrier in L2, the merge, the bf16 output),
   // at its best split and the better of index and row order; 0 splits: not measured.
   Timing output_floor;
   int output_splits = 0;
