@@ -1097,9 +1097,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   mark(5);
 
   // 6. Epilogue: normalise; partials go straight from the fragments, a quad's two adjacent
-  //    tiles of a row per whole 32-byte sector (partials.cuh); the bf16 tile is staged in shared memory (the pipeline
-  //    buffers are free now) and written as whole rows with 16-byte stores: its fragments'
-  //    4-byte stores, half a sector per quad, took 0.8 us per CTA at T=1 (dsa-bench --timeline).
+  //    tiles of a row per whole 32-byte sector (partials.cuh); the bf16 tile is staged in
+  //    shared memory (the pipeline buffers are free now) and written as whole rows with 16-byte
+  //    stores: its fragments' 4-byte stores, half a sector per quad, took 0.8 us per CTA at T=1
+  //    (dsa-bench --timeline).
   float inv_l[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1394,7 +1395,6 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   }
   ptx::wait_prerequisites();
   const int dim0 = part * (kCkvDim / kParts) + lane * 4;  // + i * 128
-
   float m = -INFINITY, l = 0.f;
   float4 acc[kVec];
 #pragma unroll

@@ -83,9 +83,9 @@ __global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const CacheR
 // L2 (one arrival counter per token, which only grows: call c waits for c x n arrivals), and
 // each block merges 1 / n of the token's output from every partial (8 loads of 4 values per
 // thread, all in flight; partial sums per thread, then across threads in shared memory) and
-// writes it as bf16. A token of one block
-// writes its bf16 output straight away. The blocks are launched normally: the caller checks
-// that they fit the chip at once, and a barrier that waits too long gives up and flags it.
+// writes it as bf16. A token of one block writes its bf16 output straight away. The blocks are
+// launched normally: the caller checks that they fit the chip at once, and a barrier that waits
+// too long gives up and flags it.
 constexpr int kMergeThreads = kProbeThreads;
 constexpr int kPartialVec4 = kProbeHeads * 512 / 4;            // 4-value items per partial: 2048
 constexpr int kMergeLoads = kPartialVec4 / kMergeThreads;       // 8 per thread
