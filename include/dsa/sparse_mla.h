@@ -199,7 +199,8 @@ struct SparseMlaPlan {
 // A configuration forced instead of the planner's (tuning, tests): 0 keeps the planner's choice.
 struct PlanChoice {
   int block_keys = 0;  // 16, 32 or 64 (fp8_ds_mla: 32 or 64)
-  int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk)
+  int splits = 0;      // index chunks per token, >= ceil(topk / kMaxChunk); with kernel forced to
+                       // shared_rows, 0 means 1 (the planner's splits only where it picks the kernel)
   enum class Kernel { planner, split_k, shared_rows } kernel = Kernel::planner;
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
   int row_order = 0;   // -1: off; 1: on (split_k, or shared_rows at 64+ heads with a union pass)

@@ -1061,7 +1061,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--balanced", o.balanced,
                "a balanced split-K plan (splits sized by each token's valid rows), its schedule made once before the timed calls");
-  app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (64 query rows per CTA)")
+  app.add_option("--kernel", o.kernel, "override the plan's kernel: auto, split-k, shared-rows (64 query rows per CTA; one split unless --splits)")
       ->check(CLI::IsMember({"auto", "split-k", "shared-rows"}));
   app.add_option("--sharing", o.sharing, "the planner's hint: auto (consecutive for shared-prefix cases, else unknown), unknown, consecutive (prefill: tokens share rows), none (decode)")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
