@@ -9,6 +9,7 @@
 #include "common/block_compact.cuh"
 #include "common/cuda_check.h"
 #include "sparse_mla/params.h"
+#include "sparse_mla/partials.cuh"
 
 namespace dsa::bench {
 namespace {
@@ -134,11 +135,9 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
     const int i = u * kMergeThreads + threadIdx.x;
     raw[u] = __ldcg(tok + static_cast<int64_t>(i / per) * kPartialVec4 + i % per);
   }
-  float4 x[kMergeLoads];  // widened after every load is issued
+  float4 x[kMergeLoads];  // widened after every load is issued, as the kernels' combine does
 #pragma unroll
-  for (int u = 0; u < kMergeLoads; ++u)
-    x[u] = make_float4(__uint_as_float(raw[u].x << 16), __uint_as_float(raw[u].x & 0xffff0000u),
-                       __uint_as_float(raw[u].y << 16), __uint_as_float(raw[u].y & 0xffff0000u));
+  for (int u = 0; u < kMergeLoads; ++u) x[u] = detail::widen_partial4(raw[u]);
   float l = 0.f;  // the lse of every split and head, as a merge needs them
   for (int i = threadIdx.x; i < kProbeHeads * n; i += kMergeThreads) l += __ldcg(lse + b0 * kProbeHeads + i);
   float4 sum[kMaxMergeOwn];
