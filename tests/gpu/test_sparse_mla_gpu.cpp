@@ -631,17 +631,12 @@ TEST_F(Gpu, SplitPartialsStayWithinBf16OfTheirValuesWhenTheyCancel) {
     reference(hp, ro, rl);
     DeviceProblem d(hp);
     const Agreement a = forward_and_judge(d, d.view(), plan, ro, rl);
-    std::vector<uint16_t> o;
-    std::vector<float> l;
-    d.fetch(o, l);
-    double worst = 0, cancelled = 0;
-    for (size_t i = 0; i < o.size(); ++i) {
-      worst = std::max(worst, std::fabs(double(bf16_to_float(o[i])) - ro[i]));
+    double cancelled = 0;
+    for (size_t i = 0; i < ro.size(); ++i)
       if (i % kCkvDim >= 256) cancelled = std::max(cancelled, std::fabs(ro[i]));
-    }
     EXPECT_LT(cancelled, kA / 2) << what << ": the output must cancel the partials";  // 10.9 at 128 heads (run 411)
-    EXPECT_LE(worst, std::ldexp(max_v, -8)) << what << ": " << a.summary();
-    EXPECT_EQ(a.non_finite, 0) << what;
+    EXPECT_EQ(a.non_finite, 0) << what;  // so max_abs_err covers every element
+    EXPECT_LE(a.max_abs_err, std::ldexp(max_v, -8)) << what << ": " << a.summary();
     EXPECT_LE(a.max_lse_err, 1e-2) << what;
   }
 }
