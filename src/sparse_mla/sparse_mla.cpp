@@ -378,10 +378,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    512 440.4 / 873.7 vs 426.3 / 833.1, 1024 769.2 / 1559.1 vs 717.5 / 1425.8; run 400), with
   //    consecutive from T = 512 (128 groups, one wave; T = 256 is +82 %), with none never. An fp8
   //    cache only with consecutive: its split-K is so much cheaper that shared rows lose 46-54 %
-  //    on lists that share no rows
-  //    (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs T = 4096 1027 vs 1581) and gain
-  //    only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192 (1812 / 3133 vs 1696 / 2433; T =
-  //    512-2048 +10 to +1 %), but -54 % on a 2048-row prefix (T = 1024: 374 vs 172; runs 395-396).
+  //    on lists that share no rows (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs
+  //    T = 4096 1027 vs 1581) and gain only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192
+  //    (1812 / 3133 vs 1696 / 2433; T = 512-2048 +10 to +1 %), but -54 % on a 2048-row prefix
+  //    (T = 1024: 374 vs 172; runs 395-396).
   const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
   const int64_t shared_rows_head_blocks = detail::shared_rows_head_blocks(num_tokens, num_heads);
   const int64_t shared_rows_ctas = detail::shared_rows_groups(shared_rows_head_blocks);
