@@ -193,6 +193,10 @@ inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
 inline constexpr int64_t kSharedRowsMinPairsLongList = kSharedRowsMinPairsWide / 2;
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = kSharedRowsMinPairsWide * 3 / 4;
 inline constexpr int kSharedRowsLongList = 1024;
+// bf16 lists of kMaxChunk (2048) positions: from 16 head blocks at 128 heads (T = 2), 20 at 64
+// heads (T = 5), where split-K reads every row 8 or 4 times per token and shared rows 2 or 1.
+inline constexpr int kSharedRowsMinBlocksFullList128Heads = 16;
+inline constexpr int kSharedRowsMinBlocksFullList64Heads = 20;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.

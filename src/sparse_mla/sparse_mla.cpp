@@ -333,7 +333,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
   //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
   //    call holds 2^17 (head block, index position) pairs, or with lists of >= 1024 positions
-  //    2^16 (bf16) or 3 x 2^15 (fp8), or more head blocks than split-K's two CTAs per SM:
+  //    2^16 (bf16) or 3 x 2^15 (fp8), bf16 lists of 2048 from 16 head blocks at 128 heads and 20
+  //    at 64 (below), or more head blocks than split-K's two CTAs per SM:
   //    split-K's CTAs of 16 heads each read every row again and run mma.sync at M = 16. Fewer
   //    groups than SMs split each group's union tiles so that one wave fills the chip (a combine
   //    merges them), and CTAs of one wave compact their token's list themselves (no union or
@@ -343,11 +344,16 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    rows T = 1024 115 / 396 vs 113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 4 /
   //    8 / 16 / 32 / 1024 29.5 / 46.6 / 82.9 / 145 / 4251 vs 26.7 / 30.6 / 43.8 / 69.3 / 1606,
   //    topk 64 T = 64 22.3 vs 15.8. Split-K keeps smaller calls, where shared rows' fixed costs
-  //    (Q of 64 heads, the 64-row epilogue, fp32 partials of 64 heads) weigh: 64 heads T = 1 / 4
+  //    (Q of 64 heads, the 64-row epilogue, partials of 64 heads) weigh: 64 heads T = 1 / 4
   //    13.3 / 20.2 vs 16.1 / 25.4, topk 256 T = 64 26.1 vs 31.0, topk 64 T = 64 11.8 vs 23.5; 128
-  //    heads T = 2 20.2 vs 23.7. fp8 (runs 395-396): 32 head blocks of 2048 positions go to
+  //    heads T = 2 20.2 vs 23.7 (fp32 partials). fp8 (runs 395-396): 32 head blocks of 2048 positions go to
   //    split-K (64 heads T = 8 26.2 vs 28.9, 128 heads T = 4 25.8 vs 28.7), 48 to shared rows
-  //    (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7).
+  //    (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7). Since partials are bf16 (run 418) shared rows'
+  //    splits win smaller bf16 calls of full lists: 128 heads T = 2 / 3 20.3 / 25.4 vs 18.7 /
+  //    20.7, 64 heads T = 4 / 5 / 6 / 7 20.4 / 22.8 / 25.7 / 27.4 vs 20.6 / 21.6 / 23.4 / 25.6;
+  //    not lists of 1024 (64 heads T = 8 19.6 vs 23.0, 128 heads T = 4 19.7 vs 20.7) nor fp8
+  //    (128 heads T = 2 / 3 18.5 / 22.8 vs 19.5 / 21.7, 64 heads T = 5 / 7 20.8 / 24.9 vs 20.7 /
+  //    25.0: within 5 % either way).
   //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
   //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
   //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
@@ -395,8 +401,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const int64_t long_list_pairs = fp8 ? detail::kSharedRowsMinPairsLongListFp8 : detail::kSharedRowsMinPairsLongList;
+    const int64_t full_list_blocks =
+        num_heads == 128 ? detail::kSharedRowsMinBlocksFullList128Heads : detail::kSharedRowsMinBlocksFullList64Heads;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
                        (pairs >= long_list_pairs && topk >= detail::kSharedRowsLongList) ||
+                       (!fp8 && topk == SparseMlaPlan::kMaxChunk && shared_rows_head_blocks >= full_list_blocks) ||
                        shared_rows_head_blocks > split_k_slots;
     // Fewer groups than SMs: split each group's union tiles so that one wave fills the chip (one
     // CTA per SM), no split left empty by a full list.

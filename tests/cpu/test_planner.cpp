@@ -215,8 +215,9 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 200 (split-K past one wave), fp8 not.
   EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
   EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
-  // 64 / 128 heads at topk 2048: 32 head blocks (2^16 pairs) differ, 48 (3 x 2^15) do not.
-  for (auto [T, H] : {std::pair{8, 64}, std::pair{4, 128}}) {
+  // 64 / 128 heads at topk 2048: 16-32 head blocks differ (bf16's rule for full lists, then
+  // 2^16 pairs), 48 (3 x 2^15) do not.
+  for (auto [T, H] : {std::pair{5, 64}, std::pair{7, 64}, std::pair{8, 64}, std::pair{2, 128}, std::pair{3, 128}, std::pair{4, 128}}) {
     EXPECT_EQ(fp8_kernel(T, H), SparseMlaKernel::split_k) << T << " " << H;
     EXPECT_EQ(bf16_kernel(T, H), SparseMlaKernel::shared_rows) << T << " " << H;
   }
@@ -292,14 +293,20 @@ TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
 // per 64 heads and masks nothing: whatever the hint, from 2^17 (head block, position) pairs,
-// 2^16 with lists of >= 1024 positions, or more head blocks than split-K's two CTAs per SM.
+// 2^16 with lists of >= 1024 positions, bf16 lists of 2048 from 16 head blocks at 128 heads and
+// 20 at 64, or more head blocks than split-K's two CTAs per SM.
 TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
     const auto kernel = [&](int T, int H, int topk) { return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel; };
-    for (int T : {8, 16, 33, 34, 64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {4, 8, 17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {1, 4, 7}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
-    for (int T : {1, 2, 3}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::split_k) << T;
+    for (int T : {5, 7, 8, 16, 33, 34, 64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {2, 3, 4, 8, 17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {1, 4}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
+    // The head-block rule is for lists of 2048 only: 2^15 pairs of 1024 or 2047 keep split-K.
+    EXPECT_EQ(kernel(8, 64, 1024), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(4, 128, 1024), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(2, 128, 2047), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(7, 64, 2047), SparseMlaKernel::split_k);
     // Pairs: T = 64 at topk 512 is 2^17 (shared rows), at topk 256 half that with short lists
     // (split-K); at topk 1024 T = 16 is 2^16 with a long list; T = 1024 at 256 is plenty.
     EXPECT_EQ(kernel(64, 64, 512), SparseMlaKernel::shared_rows);
@@ -328,8 +335,11 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   EXPECT_EQ(t16.launches, 2);  // main, combine
   EXPECT_EQ(t16.workspace_bytes, size_t(16) * 64 * 8 * 1028);
   EXPECT_EQ(t16.fused_rows, 256);  // a list of <= 256 valid rows: split 0 alone, no merge
-  const SparseMlaPlan t3 = plan_sparse_mla(3, 128, 2048, kH100, PlanChoice{}, IndexSharing::none);
-  EXPECT_EQ(t3.kernel, SparseMlaKernel::split_k);
+  const SparseMlaPlan t3 = plan_sparse_mla(3, 128, 2048, kH100, PlanChoice{}, IndexSharing::none);  // 6 groups: 22 splits of 3 tiles
+  EXPECT_EQ(t3.kernel, SparseMlaKernel::shared_rows);
+  EXPECT_EQ(t3.splits, 22);
+  EXPECT_EQ(t3.chunk, 96);
+  EXPECT_EQ(t3.ctas, 132);
   const SparseMlaPlan t5 = plan_sparse_mla(5, 128, 2048, kH100);  // 10 groups: 13 splits -> 5 tiles each -> 13
   EXPECT_EQ(t5.splits, 13);
   EXPECT_EQ(t5.chunk, 160);

@@ -386,13 +386,14 @@ TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   }
 }
 
-// Small decode calls at 64 and 128 heads: a few tokens' full lists, each group's union tiles
-// split over the chip (8-32 splits), merged by the combine; -1 in the middle, a row listed
+// Small decode calls at 64 and 128 heads: a few tokens' full lists (bf16 from 2 tokens at 128
+// heads, 5 at 64), each group's union tiles split over the chip (8-32 splits), merged by the combine; -1 in the middle, a row listed
 // twice, runs, and every list all padding (every split empty: out 0, lse -inf).
 TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{8, 64, IndexPattern::padding_middle}, std::tuple{5, 128, IndexPattern::duplicates},
-                               std::tuple{16, 64, IndexPattern::runs}, std::tuple{4, 128, IndexPattern::all_padding}}) {
+                               std::tuple{16, 64, IndexPattern::runs}, std::tuple{4, 128, IndexPattern::all_padding},
+                               std::tuple{2, 128, IndexPattern::random}, std::tuple{6, 64, IndexPattern::single_valid}}) {
     const HostProblem hp = make_problem(T, H, 2048, 64, 200, pattern, 660 + T);
     const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev);
     if (dev.sm_count == 132) {  // H100, H200
@@ -406,7 +407,7 @@ TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
 }
 
 // Shared rows with splits (the planner's for few groups): each group's union tiles dealt in equal
-// runs, fp32 partials, the split-K combine. Every head count (at 16 and 32 a row's token may list
+// runs, bf16 partials, the split-K combine. Every head count (at 16 and 32 a row's token may list
 // none of a split's entries: lse -inf there), lists with padding anywhere, a row listed twice
 // (the counting path, whose keys a split reads from before its first entry), all padding (every
 // split empty), one valid row, and more splits than tiles (empty splits).
