@@ -1,11 +1,16 @@
-// CPU reference: one token and head at a time, double accumulation, no shortcuts.
+// CPU reference: one token and head at a time, double accumulation, no shortcuts (the host's
+// threads take (token, 16 heads) items; the result is the same for any number of them).
 #include "common/arg_checks.h"
 #include "dsa/reference.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace dsa {
@@ -41,45 +46,75 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
     }
   };
   constexpr int kQk = kCkvDim + kKpeDim;
-  std::vector<double> kv;  // the token's valid rows, [n, 576]
+  constexpr int kHeadsPerItem = 16;  // H is a multiple of 16 (validate)
 
-  std::vector<double> logits(p.topk);
-  std::vector<int32_t> rows(p.topk);
-  for (int64_t t = 0; t < p.num_tokens; ++t) {
+  // One work item: token t's heads [h0, h0 + 16). Items go to the host's threads; every output
+  // element is computed by one thread in a fixed order, so the result does not depend on how
+  // many threads there are.
+  const auto run_item = [&](int64_t t, int64_t h0, std::vector<double>& kv, std::vector<double>& logits,
+                            std::vector<int32_t>& rows) {
     int n = 0;
     const int listed = p.topk_lengths ? std::clamp(p.topk_lengths[t], 0, p.topk) : p.topk;
     for (int k = 0; k < listed; ++k) {
       const int32_t r = p.indices[t * idx_s + k];
       if (r >= 0 && r < num_rows) rows[n++] = r;
     }
-    kv.resize(size_t(n) * kQk);
+    kv.resize(size_t(n) * kQk);  // the token's valid rows, [n, 576]
     for (int k = 0; k < n; ++k) load_row(rows[k], &kv[size_t(k) * kQk]);
-    for (int64_t h = 0; h < H; ++h) {
+    double q[kQk];
+    for (int64_t h = h0; h < std::min<int64_t>(h0 + kHeadsPerItem, H); ++h) {
       double* o = out_ref + (t * H + h) * kCkvDim;
       if (n == 0) {
         for (int d = 0; d < kCkvDim; ++d) o[d] = 0.0;
         lse_ref[t * H + h] = -std::numeric_limits<double>::infinity();
         continue;
       }
+      for (int d = 0; d < kCkvDim; ++d) q[d] = bf16_to_float(qn[t * qn_t + h * qn_h + d]);
+      for (int d = 0; d < kKpeDim; ++d) q[kCkvDim + d] = bf16_to_float(qp[t * qp_t + h * qp_h + d]);
       double mx = -std::numeric_limits<double>::infinity();
       for (int k = 0; k < n; ++k) {
-        double dot = 0.0;
+        // Eight running sums: one chain of 576 dependent adds would bound the whole reference.
         const double* row = &kv[size_t(k) * kQk];
-        for (int d = 0; d < kCkvDim; ++d) dot += double(bf16_to_float(qn[t * qn_t + h * qn_h + d])) * row[d];
-        for (int d = 0; d < kKpeDim; ++d) dot += double(bf16_to_float(qp[t * qp_t + h * qp_h + d])) * row[kCkvDim + d];
+        double acc[8] = {};
+        for (int d = 0; d < kQk; d += 8)
+          for (int j = 0; j < 8; ++j) acc[j] += q[d + j] * row[d + j];
+        const double dot = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
         logits[k] = dot * double(p.sm_scale);
         mx = std::max(mx, logits[k]);
       }
       double sum = 0.0;
-      for (int k = 0; k < n; ++k) sum += std::exp(logits[k] - mx);
+      for (int k = 0; k < n; ++k) sum += (logits[k] = std::exp(logits[k] - mx));
       for (int d = 0; d < kCkvDim; ++d) o[d] = 0.0;
       for (int k = 0; k < n; ++k) {
-        const double w = std::exp(logits[k] - mx) / sum;
+        const double w = logits[k] / sum;
         for (int d = 0; d < kCkvDim; ++d) o[d] += w * kv[size_t(k) * kQk + d];
       }
       lse_ref[t * H + h] = (mx + std::log(sum)) / std::log(2.0);
     }
-  }
+  };
+
+  const int64_t head_items = (H + kHeadsPerItem - 1) / kHeadsPerItem;
+  const int64_t items = p.num_tokens * head_items;
+  std::atomic<int64_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  const auto worker = [&] {
+    try {
+      std::vector<double> kv, logits(p.topk);
+      std::vector<int32_t> rows(p.topk);
+      for (int64_t item = next++; item < items; item = next++) run_item(item / head_items, (item % head_items) * kHeadsPerItem, kv, logits, rows);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next = items;  // the others stop at their next item
+    }
+  };
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(items, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int64_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace dsa

@@ -153,6 +153,31 @@ TEST(Reference, HonoursQueryStrides) {
   EXPECT_EQ(packed.lse, strided.lse);
 }
 
+// The reference runs (token, 16 heads) items on the host's threads: a batch must give each
+// token exactly what that token alone gives (one item, one thread), bit for bit.
+TEST(Reference, EachTokenAsInABatchOfOne) {
+  HostProblem hp;
+  hp.T = 7;
+  hp.H = 64;
+  hp.topk = 40;
+  hp.num_pages = 20;
+  workload::IndexSpec spec;
+  spec.pattern = workload::IndexPattern::padding_middle;
+  hp.fill(spec, 16);
+  const RefOut batch = run_ref(hp.view());
+  for (int t = 0; t < hp.T; ++t) {
+    SparseMlaProblem p = hp.view();
+    p.num_tokens = 1;
+    p.q_nope = &hp.q_nope[size_t(t) * hp.H * kCkvDim];
+    p.q_pe = &hp.q_pe[size_t(t) * hp.H * kKpeDim];
+    p.indices = &hp.indices[size_t(t) * hp.topk];
+    const RefOut one = run_ref(p);
+    for (size_t i = 0; i < one.out.size(); ++i) ASSERT_EQ(one.out[i], batch.out[size_t(t) * hp.H * kCkvDim + i]) << t;
+    for (int h = 0; h < hp.H; ++h) ASSERT_EQ(one.lse[h], batch.lse[size_t(t) * hp.H + h]) << t;
+  }
+  EXPECT_GT(std::count_if(batch.lse.begin(), batch.lse.end(), [](double l) { return std::isfinite(l); }), 0);
+}
+
 // Every e4m3 code decodes to its value (bias 7, subnormals at 2^-9, 0x7f / 0xff NaN), and the
 // encoder rounds to the nearest code, ties to even, saturating at 448.
 TEST(Fp8, DecodesEveryCodeAndRoundsToNearestEven) {
