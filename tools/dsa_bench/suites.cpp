@@ -24,7 +24,7 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -69,6 +69,13 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     v.push_back(make("odd-topk-T16", 16, IndexPattern::random, {}, 16, 2049));
     v.push_back(make("topk1-T64", 64, IndexPattern::random, {}, 16, 1));
     for (int H : {32, 64, 128}) v.push_back(make("H" + std::to_string(H) + "-T8-random", 8, IndexPattern::random, {}, H));
+  } else if (name == "wide-heads") {
+    // Decode at 32 / 64 / 128 heads (TP 4 / 2 / 1 of DeepSeek-V3.2's 128), full random lists:
+    // where the planner's split-K / shared-rows lines lie (T = 2-8 at 64 and 128 heads; at 32
+    // heads it lies at T = 133, past these).
+    for (int H : {32, 64, 128})
+      for (int T : {1, 2, 3, 4, 6, 8, 16, 64})
+        v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, H));
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
