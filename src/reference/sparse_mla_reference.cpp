@@ -10,6 +10,7 @@
 #include <exception>
 #include <limits>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -102,7 +103,8 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
     try {
       std::vector<double> kv, logits(p.topk);
       std::vector<int32_t> rows(p.topk);
-      for (int64_t item = next++; item < items; item = next++) run_item(item / head_items, (item % head_items) * kHeadsPerItem, kv, logits, rows);
+      for (int64_t item = next++; item < items; item = next++)
+        run_item(item / head_items, (item % head_items) * kHeadsPerItem, kv, logits, rows);
     } catch (...) {
       const std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();
@@ -111,7 +113,13 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
   };
   const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(items, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (int64_t i = 1; i < threads; ++i) pool.emplace_back(worker);
+  for (int64_t i = 1; i < threads; ++i) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones running (and this one) take the rest, same result
+    }
+  }
   worker();
   for (std::thread& th : pool) th.join();
   if (error) std::rethrow_exception(error);
