@@ -242,7 +242,8 @@ inline size_t shared_rows_workspace_bytes(int64_t head_blocks, int topk) {
 }
 // Splits (p.splits > 1; the planner's for few groups, small T at 64 and 128 heads): CTA b computes
 // split b % splits of group b / splits, an equal run of this many of the group's union tiles
-// (the last splits fewer or none), and writes bf16 partials (fp32 lse) that the split-K combine merges.
+// (the last splits fewer or none), and writes bf16 partials (fp32 lse) that the split-K combine
+// merges.
 __host__ __device__ inline int shared_rows_split_tiles(int union_tiles, int splits) {
   return (union_tiles + splits - 1) / splits;
 }

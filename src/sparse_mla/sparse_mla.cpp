@@ -346,14 +346,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    topk 64 T = 64 22.3 vs 15.8. Split-K keeps smaller calls, where shared rows' fixed costs
   //    (Q of 64 heads, the 64-row epilogue, partials of 64 heads) weigh: 64 heads T = 1 / 4
   //    13.3 / 20.2 vs 16.1 / 25.4, topk 256 T = 64 26.1 vs 31.0, topk 64 T = 64 11.8 vs 23.5; 128
-  //    heads T = 2 20.2 vs 23.7 (fp32 partials). fp8 (runs 395-396): 32 head blocks of 2048 positions go to
-  //    split-K (64 heads T = 8 26.2 vs 28.9, 128 heads T = 4 25.8 vs 28.7), 48 to shared rows
-  //    (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7). Since partials are bf16 (run 418) shared rows'
-  //    splits win smaller bf16 calls of full lists: 128 heads T = 2 / 3 20.3 / 25.4 vs 18.7 /
-  //    20.7, 64 heads T = 4 / 5 / 6 / 7 20.4 / 22.8 / 25.7 / 27.4 vs 20.6 / 21.6 / 23.4 / 25.6;
-  //    not lists of 1024 (64 heads T = 8 19.6 vs 23.0, 128 heads T = 4 19.7 vs 20.7) nor fp8
-  //    (128 heads T = 2 / 3 18.5 / 22.8 vs 19.5 / 21.7, 64 heads T = 5 / 7 20.8 / 24.9 vs 20.7 /
-  //    25.0: within 5 % either way).
+  //    heads T = 2 20.2 vs 23.7 (fp32 partials). fp8 (runs 395-396): 32 head blocks of 2048
+  //    positions go to split-K (64 heads T = 8 26.2 vs 28.9, 128 heads T = 4 25.8 vs 28.7), 48 to
+  //    shared rows (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7). Since partials are bf16 (run 418)
+  //    shared rows' splits win smaller bf16 calls of full lists: 128 heads T = 2 / 3 20.3 / 25.4
+  //    vs 18.7 / 20.7, 64 heads T = 4 / 5 / 6 / 7 20.4 / 22.8 / 25.7 / 27.4 vs 20.6 / 21.6 /
+  //    23.4 / 25.6; not lists of 1024 (64 heads T = 8 19.6 vs 23.0, 128 heads T = 4 19.7 vs 20.7)
+  //    nor fp8 (128 heads T = 2 / 3 18.5 / 22.8 vs 19.5 / 21.7, 64 heads T = 5 / 7 20.8 / 24.9 vs
+  //    20.7 / 25.0: within 5 % either way).
   //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
   //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
   //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows

@@ -387,8 +387,9 @@ TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
 }
 
 // Small decode calls at 64 and 128 heads: a few tokens' full lists (bf16 from 2 tokens at 128
-// heads, 5 at 64), each group's union tiles split over the chip (8-32 splits), merged by the combine; -1 in the middle, a row listed
-// twice, runs, and every list all padding (every split empty: out 0, lse -inf).
+// heads, 5 at 64), each group's union tiles split over the chip (8-32 splits), merged by the
+// combine; -1 in the middle, a row listed twice, runs, every list all padding (every split
+// empty: out 0, lse -inf), and one valid row.
 TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{8, 64, IndexPattern::padding_middle}, std::tuple{5, 128, IndexPattern::duplicates},
