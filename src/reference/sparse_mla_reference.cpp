@@ -2,16 +2,12 @@
 // threads take (token, 16 heads) items; the result is the same for any number of them).
 #include "common/arg_checks.h"
 #include "dsa/reference.h"
+#include "reference/host_threads.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <limits>
-#include <mutex>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 namespace dsa {
@@ -49,18 +45,24 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
   constexpr int kQk = kCkvDim + kKpeDim;
   constexpr int kHeadsPerItem = 16;  // H is a multiple of 16 (validate)
 
+  struct Scratch {  // one per thread
+    std::vector<double> kv, logits;  // the token's valid rows [n, 576]; their logits
+    std::vector<int32_t> rows;
+  };
   // One work item: token t's heads [h0, h0 + 16). Items go to the host's threads; every output
   // element is computed by one thread in a fixed order, so the result does not depend on how
   // many threads there are.
-  const auto run_item = [&](int64_t t, int64_t h0, std::vector<double>& kv, std::vector<double>& logits,
-                            std::vector<int32_t>& rows) {
+  const auto run_item = [&](int64_t t, int64_t h0, Scratch& s) {
+    std::vector<double>& kv = s.kv;
+    std::vector<double>& logits = s.logits;
+    std::vector<int32_t>& rows = s.rows;
     int n = 0;
     const int listed = p.topk_lengths ? std::clamp(p.topk_lengths[t], 0, p.topk) : p.topk;
     for (int k = 0; k < listed; ++k) {
       const int32_t r = p.indices[t * idx_s + k];
       if (r >= 0 && r < num_rows) rows[n++] = r;
     }
-    kv.resize(size_t(n) * kQk);  // the token's valid rows, [n, 576]
+    kv.resize(size_t(n) * kQk);
     for (int k = 0; k < n; ++k) load_row(rows[k], &kv[size_t(k) * kQk]);
     double q[kQk];
     for (int64_t h = h0; h < std::min<int64_t>(h0 + kHeadsPerItem, H); ++h) {
@@ -95,34 +97,12 @@ void sparse_mla_reference_cpu(const SparseMlaProblem& p, double* out_ref, double
   };
 
   const int64_t head_items = (H + kHeadsPerItem - 1) / kHeadsPerItem;
-  const int64_t items = p.num_tokens * head_items;
-  std::atomic<int64_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  const auto worker = [&] {
-    try {
-      std::vector<double> kv, logits(p.topk);
-      std::vector<int32_t> rows(p.topk);
-      for (int64_t item = next++; item < items; item = next++)
-        run_item(item / head_items, (item % head_items) * kHeadsPerItem, kv, logits, rows);
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
-      next = items;  // the others stop at their next item
-    }
-  };
-  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(items, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (int64_t i = 1; i < threads; ++i) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::system_error&) {
-      break;  // no more threads: the ones running (and this one) take the rest, same result
-    }
-  }
-  worker();
-  for (std::thread& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  detail::for_each_item_on_host_threads(
+      p.num_tokens * head_items,
+      [&] { return Scratch{{}, std::vector<double>(p.topk), std::vector<int32_t>(p.topk)}; },
+      [&](int64_t item, Scratch& s) {
+        run_item(item / head_items, (item % head_items) * kHeadsPerItem, s);
+      });
 }
 
 }  // namespace dsa
