@@ -193,10 +193,20 @@ inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
 inline constexpr int64_t kSharedRowsMinPairsLongList = kSharedRowsMinPairsWide / 2;
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = kSharedRowsMinPairsWide * 3 / 4;
 inline constexpr int kSharedRowsLongList = 1024;
-// bf16 lists of kMaxChunk (2048) positions: from 16 head blocks at 128 heads (T = 2), 20 at 64
-// heads (T = 5), where split-K reads every row 8 or 4 times per token and shared rows 2 or 1.
-inline constexpr int kSharedRowsMinBlocksFullList128Heads = 16;
-inline constexpr int kSharedRowsMinBlocksFullList64Heads = 20;
+// Small bf16 calls of long lists at 64 and 128 heads, where split-K reads every row 4 or 8 times
+// per token and shared rows once or twice: from min_head_blocks head blocks for lists of at least
+// min_topk positions (128 heads: T >= 3 from 1152, T >= 2 from 1536; 64 heads: T >= 5 from 1792).
+struct SharedRowsSmallCall {
+  int min_topk;
+  int min_head_blocks;
+};
+inline constexpr SharedRowsSmallCall kSharedRowsSmallCalls128Heads[] = {{1152, 24}, {1536, 16}};
+inline constexpr SharedRowsSmallCall kSharedRowsSmallCalls64Heads[] = {{1792, 20}};
+// Shared rows' splits below one wave at 64 and 128 heads: fewer than kSharedRowsManyGroups groups
+// put their CTAs on at most 3/4 of the SMs; from that many, a group takes at most
+// kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).
+inline constexpr int kSharedRowsManyGroups = 8;
+inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.

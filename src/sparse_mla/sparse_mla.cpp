@@ -401,17 +401,27 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const int64_t long_list_pairs = fp8 ? detail::kSharedRowsMinPairsLongListFp8 : detail::kSharedRowsMinPairsLongList;
-    const int64_t full_list_blocks =
-        num_heads == 128 ? detail::kSharedRowsMinBlocksFullList128Heads : detail::kSharedRowsMinBlocksFullList64Heads;
+    const auto small_call_rules_pay = [&](const auto& rules) {
+      for (const detail::SharedRowsSmallCall& rule : rules)
+        if (topk >= rule.min_topk && shared_rows_head_blocks >= rule.min_head_blocks) return true;
+      return false;
+    };
+    const bool small_call_pays = !fp8 && (num_heads == 128 ? small_call_rules_pay(detail::kSharedRowsSmallCalls128Heads)
+                                                           : small_call_rules_pay(detail::kSharedRowsSmallCalls64Heads));
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
-                       (pairs >= long_list_pairs && topk >= detail::kSharedRowsLongList) ||
-                       (!fp8 && topk == SparseMlaPlan::kMaxChunk && shared_rows_head_blocks >= full_list_blocks) ||
+                       (pairs >= long_list_pairs && topk >= detail::kSharedRowsLongList) || small_call_pays ||
                        shared_rows_head_blocks > split_k_slots;
-    // Fewer groups than SMs: split each group's union tiles so that one wave fills the chip (one
-    // CTA per SM), no split left empty by a full list.
+    // Fewer groups than SMs: split each group's union tiles within one wave (one CTA per SM), no
+    // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, 8 or more
+    // at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads T = 8 /
+    // 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8
+    // / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7), why is not measured.
     if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
-      shared_rows_splits = std::max<int64_t>(1, std::min<int64_t>(dev.sm_count / shared_rows_ctas, shared_rows_tiles));
-      shared_rows_splits = ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, shared_rows_splits));
+      const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / shared_rows_ctas
+                                                                           : detail::kSharedRowsManyGroupsMaxSplits;
+      const int64_t max_splits =
+          std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / shared_rows_ctas, shared_rows_tiles, cap}));
+      shared_rows_splits = ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
     }
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of

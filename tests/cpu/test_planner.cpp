@@ -293,8 +293,9 @@ TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
 // per 64 heads and masks nothing: whatever the hint, from 2^17 (head block, position) pairs,
-// 2^16 with lists of >= 1024 positions, bf16 lists of 2048 from 16 head blocks at 128 heads and
-// 20 at 64, or more head blocks than split-K's two CTAs per SM.
+// 2^16 with lists of >= 1024 positions, small bf16 calls of long lists (128 heads: T >= 3 from
+// 1152 positions, T >= 2 from 1536; 64 heads: T >= 5 from 1792), or more head blocks than
+// split-K's two CTAs per SM.
 TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
     const auto kernel = [&](int T, int H, int topk) { return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel; };
@@ -302,11 +303,19 @@ TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
     for (int T : {2, 3, 4, 8, 17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
     for (int T : {1, 4}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
     EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
-    // The head-block rule is for lists of 2048 only: 2^15 pairs of 1024 or 2047 keep split-K.
+    // Small calls: bf16 only, and by list length. 2^15 pairs of 1024 keep split-K.
     EXPECT_EQ(kernel(8, 64, 1024), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(4, 128, 1024), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(2, 128, 2047), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(7, 64, 2047), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(3, 128, 1151), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(3, 128, 1152), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(2, 128, 1535), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(2, 128, 1536), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(5, 64, 1791), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(5, 64, 1792), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(7, 64, 2047), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(10, 64, 1536), SparseMlaKernel::split_k);  // 61440 pairs: below 2^16
+    EXPECT_EQ(plan_sparse_mla(3, 128, 2048, kH100, {}, sharing, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
     // Pairs: T = 64 at topk 512 is 2^17 (shared rows), at topk 256 half that with short lists
     // (split-K); at topk 1024 T = 16 is 2^16 with a long list; T = 1024 at 256 is plenty.
     EXPECT_EQ(kernel(64, 64, 512), SparseMlaKernel::shared_rows);
@@ -323,8 +332,9 @@ TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
   }
 }
 
-// Fewer groups than SMs split each group's union tiles so that one wave fills the chip, with no
-// split empty for a full list; one wave of CTAs compacts its own lists (no union or order pass).
+// Fewer groups than SMs split each group's union tiles within one wave, with no split empty for
+// a full list: fewer than 8 groups on at most 3/4 of the SMs, 8 or more at most 8 splits each.
+// One wave of CTAs compacts its own lists (no union or order pass).
 TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   const SparseMlaPlan t16 = plan_sparse_mla(16, 64, 2048, kH100);  // 16 groups x 8 splits of 8 tiles
   EXPECT_EQ(t16.kernel, SparseMlaKernel::shared_rows);
@@ -335,14 +345,22 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   EXPECT_EQ(t16.launches, 2);  // main, combine
   EXPECT_EQ(t16.workspace_bytes, size_t(16) * 64 * 8 * 1028);
   EXPECT_EQ(t16.fused_rows, 256);  // a list of <= 256 valid rows: split 0 alone, no merge
-  const SparseMlaPlan t3 = plan_sparse_mla(3, 128, 2048, kH100, PlanChoice{}, IndexSharing::none);  // 6 groups: 22 splits of 3 tiles
+  const SparseMlaPlan t3 = plan_sparse_mla(3, 128, 2048, kH100, PlanChoice{}, IndexSharing::none);  // 6 groups: 99 / 6 -> 16 splits of 4 tiles
   EXPECT_EQ(t3.kernel, SparseMlaKernel::shared_rows);
-  EXPECT_EQ(t3.splits, 22);
-  EXPECT_EQ(t3.chunk, 96);
-  EXPECT_EQ(t3.ctas, 132);
-  const SparseMlaPlan t5 = plan_sparse_mla(5, 128, 2048, kH100);  // 10 groups: 13 splits -> 5 tiles each -> 13
-  EXPECT_EQ(t5.splits, 13);
-  EXPECT_EQ(t5.chunk, 160);
+  EXPECT_EQ(t3.splits, 16);
+  EXPECT_EQ(t3.chunk, 128);
+  EXPECT_EQ(t3.ctas, 96);
+  const SparseMlaPlan t2 = plan_sparse_mla(2, 128, 2048, kH100);  // 4 groups: 24 splits -> 3 tiles each -> 22
+  EXPECT_EQ(t2.splits, 22);
+  EXPECT_EQ(t2.ctas, 88);
+  const SparseMlaPlan t7 = plan_sparse_mla(7, 64, 2048, kH100);  // 7 groups: 14 splits -> 5 tiles each -> 13
+  EXPECT_EQ(t7.splits, 13);
+  EXPECT_EQ(t7.chunk, 160);
+  const SparseMlaPlan t5 = plan_sparse_mla(5, 128, 2048, kH100);  // 10 groups: 8 splits of 8 tiles
+  EXPECT_EQ(t5.splits, 8);
+  EXPECT_EQ(t5.chunk, 256);
+  EXPECT_EQ(plan_sparse_mla(8, 128, 1024, kH100).splits, 8);  // 16 groups: 8 splits of 4 tiles
+  EXPECT_EQ(plan_sparse_mla(20, 64, 1024, kH100).splits, 6);  // 20 groups: 6 splits -> 6 tiles each -> 6
   const SparseMlaPlan t12 = plan_sparse_mla(12, 128, 2048, kH100);  // 24 groups: 5 splits -> 13 tiles -> 5
   EXPECT_EQ(t12.splits, 5);
   const SparseMlaPlan t50 = plan_sparse_mla(50, 128, 2048, kH100);  // 100 groups: one split, one wave

@@ -386,16 +386,18 @@ TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   }
 }
 
-// Small decode calls at 64 and 128 heads: a few tokens' full lists (bf16 from 2 tokens at 128
-// heads, 5 at 64), each group's union tiles split over the chip (8-32 splits), merged by the
-// combine; -1 in the middle, a row listed twice, runs, every list all padding (every split
-// empty: out 0, lse -inf), and one valid row.
+// Small decode calls at 64 and 128 heads: a few tokens' long lists (bf16 from 2 tokens at 128
+// heads, 5 at 64), each group's union tiles split over the chip (8-22 splits, uneven runs at
+// topk 1280 and 1792), merged by the combine; -1 in the middle, a row listed twice, runs, every
+// list all padding (every split empty: out 0, lse -inf), and one valid row.
 TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
-  for (auto [T, H, pattern] : {std::tuple{8, 64, IndexPattern::padding_middle}, std::tuple{5, 128, IndexPattern::duplicates},
-                               std::tuple{16, 64, IndexPattern::runs}, std::tuple{4, 128, IndexPattern::all_padding},
-                               std::tuple{2, 128, IndexPattern::random}, std::tuple{6, 64, IndexPattern::single_valid}}) {
-    const HostProblem hp = make_problem(T, H, 2048, 64, 200, pattern, 660 + T);
+  for (auto [T, H, topk, pattern] :
+       {std::tuple{8, 64, 2048, IndexPattern::padding_middle}, std::tuple{5, 128, 2048, IndexPattern::duplicates},
+        std::tuple{16, 64, 2048, IndexPattern::runs}, std::tuple{4, 128, 2048, IndexPattern::all_padding},
+        std::tuple{2, 128, 2048, IndexPattern::random}, std::tuple{6, 64, 2048, IndexPattern::single_valid},
+        std::tuple{3, 128, 1280, IndexPattern::random}, std::tuple{5, 64, 1792, IndexPattern::padding_middle}}) {
+    const HostProblem hp = make_problem(T, H, topk, 64, 200, pattern, 660 + T);
     const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev);
     if (dev.sm_count == 132) {  // H100, H200
       EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
