@@ -353,7 +353,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    vs 18.7 / 20.7, 64 heads T = 4 / 5 / 6 / 7 20.4 / 22.8 / 25.7 / 27.4 vs 20.6 / 21.6 /
   //    23.4 / 25.6; not lists of 1024 (64 heads T = 8 19.6 vs 23.0, 128 heads T = 4 19.7 vs 20.7)
   //    nor fp8 (128 heads T = 2 / 3 18.5 / 22.8 vs 19.5 / 21.7, 64 heads T = 5 / 7 20.8 / 24.9 vs
-  //    20.7 / 25.0: within 5 % either way).
+  //    20.7 / 25.0: within 5 % either way). Shorter lists (runs 421-422, bf16): at 128 heads
+  //    shared rows win from T = 3 above 1024 positions (topk 1152 / 1280 / 1536 T = 3 18.0 / 18.7
+  //    / 19.1 vs 19.4 / 20.0 / 22.3) and at T = 2 from ~1536 (1664 / 1792 17.6 / 18.0 vs 19.1 /
+  //    19.6; 1280 16.8 vs 17.0); at 64 heads from T = 5 only from 1792 (20.5 vs 22.1; topk 1536
+  //    T = 5 / 7 / 8 20.3 / 24.1 / 25.1 vs 19.9 / 23.1 / 24.0).
   //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
   //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
   //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
