@@ -194,14 +194,13 @@ inline constexpr int64_t kSharedRowsMinPairsLongList = kSharedRowsMinPairsWide /
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = kSharedRowsMinPairsWide * 3 / 4;
 inline constexpr int kSharedRowsLongList = 1024;
 // Small bf16 calls of long lists at 64 and 128 heads, where split-K reads every row 4 or 8 times
-// per token and shared rows once or twice: from min_head_blocks head blocks for lists of at least
-// min_topk positions (128 heads: T >= 3 from 1152, T >= 2 from 1536; 64 heads: T >= 5 from 1792).
+// per token and shared rows once or twice: at num_heads, from min_head_blocks head blocks for
+// lists of at least min_topk positions (128 heads: T >= 3 from 1152, T >= 2 from 1536; 64 heads:
+// T >= 5 from 1792).
 struct SharedRowsSmallCall {
-  int min_topk;
-  int min_head_blocks;
+  int num_heads, min_topk, min_head_blocks;
 };
-inline constexpr SharedRowsSmallCall kSharedRowsSmallCalls128Heads[] = {{1152, 24}, {1536, 16}};
-inline constexpr SharedRowsSmallCall kSharedRowsSmallCalls64Heads[] = {{1792, 20}};
+inline constexpr SharedRowsSmallCall kSharedRowsSmallCalls[] = {{128, 1152, 24}, {128, 1536, 16}, {64, 1792, 20}};
 // Shared rows' splits below one wave at 64 and 128 heads: fewer than kSharedRowsManyGroups groups
 // put their CTAs on at most 3/4 of the SMs; from that many, a group takes at most
 // kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).

@@ -405,13 +405,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const int64_t long_list_pairs = fp8 ? detail::kSharedRowsMinPairsLongListFp8 : detail::kSharedRowsMinPairsLongList;
-    const auto small_call_rules_pay = [&](const auto& rules) {
-      for (const detail::SharedRowsSmallCall& rule : rules)
-        if (topk >= rule.min_topk && shared_rows_head_blocks >= rule.min_head_blocks) return true;
-      return false;
-    };
-    const bool small_call_pays = !fp8 && (num_heads == 128 ? small_call_rules_pay(detail::kSharedRowsSmallCalls128Heads)
-                                                           : small_call_rules_pay(detail::kSharedRowsSmallCalls64Heads));
+    bool small_call_pays = false;
+    for (const detail::SharedRowsSmallCall& rule : detail::kSharedRowsSmallCalls)
+      small_call_pays |= !fp8 && num_heads == rule.num_heads && topk >= rule.min_topk &&
+                         shared_rows_head_blocks >= rule.min_head_blocks;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
                        (pairs >= long_list_pairs && topk >= detail::kSharedRowsLongList) || small_call_pays ||
                        shared_rows_head_blocks > split_k_slots;
@@ -419,7 +416,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, 8 or more
     // at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads T = 8 /
     // 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8
-    // / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7), why is not measured.
+    // / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7). Above 8 splits the main
+    // kernel gains <= 1.2 us and the many-splits combine's tail grows 2.6 -> 6.3-7.5 (run 427).
     if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
       const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / shared_rows_ctas
                                                                            : detail::kSharedRowsManyGroupsMaxSplits;

@@ -310,7 +310,6 @@ TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
     EXPECT_EQ(kernel(3, 128, 1152), SparseMlaKernel::shared_rows);
     EXPECT_EQ(kernel(2, 128, 1535), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(2, 128, 1536), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(5, 64, 1791), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(5, 64, 1792), SparseMlaKernel::shared_rows);
     EXPECT_EQ(kernel(7, 64, 2047), SparseMlaKernel::shared_rows);
