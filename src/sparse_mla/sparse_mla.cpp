@@ -333,12 +333,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
   //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
   //    call holds 2^17 (head block, index position) pairs, or with lists of >= 1024 positions
-  //    2^16 (bf16) or 3 x 2^15 (fp8), bf16 lists of 2048 from 16 head blocks at 128 heads and 20
-  //    at 64 (below), or more head blocks than split-K's two CTAs per SM:
+  //    2^16 (bf16) or 3 x 2^15 (fp8), small bf16 calls of long lists (kSharedRowsSmallCalls,
+  //    below), or more head blocks than split-K's two CTAs per SM:
   //    split-K's CTAs of 16 heads each read every row again and run mma.sync at M = 16. Fewer
-  //    groups than SMs split each group's union tiles so that one wave fills the chip (a combine
-  //    merges them), and CTAs of one wave compact their token's list themselves (no union or
-  //    order pass). Measured on the H100 (docs/perf.md runs 125-134), split-K vs shared-rows, us:
+  //    groups than SMs split each group's union tiles within one wave (a combine merges them;
+  //    how many splits: below), and CTAs of one wave compact their token's list themselves (no
+  //    union or order pass). Measured on the H100 (docs/perf.md runs 125-134), split-K vs shared-rows, us:
   //    H = 64 random T = 8 / 16 / 32 / 64 / 256 / 1024 29.5 / 47.0 / 83.7 / 147 / 557 / 2183 vs
   //    29.2 / 35.3 / 52.4 / 80.2 / 240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300
   //    rows T = 1024 115 / 396 vs 113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 4 /
