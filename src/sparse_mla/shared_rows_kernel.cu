@@ -188,6 +188,14 @@
 //   v19         splits write bf16 partials (partials.cuh; was fp32): half the partials' bytes both
 //               ways. A/B twice (run 409, us): 64 heads T = 16 35.4-35.6 -> 33.0-33.1, 128 heads
 //               T = 4 27.2 -> 23.6-23.8.
+//   v20         Q by TMA: thread 0 issues 9 x 64 / box_rows bulk tensor copies (two tensor maps made
+//               per call, 128-byte swizzle) where 4608 cp.async and their address math were; the
+//               index list loads first. A/B twice (run 433, us): 64 heads T = 6 / 8 / 16 22.7 /
+//               24.4-24.5 / 33.1-33.2 -> 21.1 / 22.9-23.1 / 31.1-31.3; 128 heads T = 2 / 3 / 6 / 8 / 16
+//               18.3 / 20.4 / 25.1 / 27.1 / 37.5-37.6 -> 16.6 / 18.5 / 23.6 / 25.3 / 35.7-35.8; fp8
+//               128 heads T = 6 28.0 -> 25.5; 64 heads T = 1024 813-815 -> 804-805; prefill T = 4096
+//               1581 -> 1574. With no Q at all (a what-if, run 432) those calls were 2.0-2.5 us
+//               faster; the list first alone gained 0.1-0.5.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
@@ -223,11 +231,15 @@
 // and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
 // fixed costs split-K does not pay (16 rows per token at T = 4096: 157 us vs 110, run 117).
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
+#include <cuda.h>  // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 #include <cub/block/block_radix_sort.cuh>
 #include <cuda/ptx>
@@ -730,11 +742,20 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
   }
 }
 
+// Q's two parts as TMA tensor maps (made per call by the launcher, a __grid_constant__ parameter):
+// 3-D, dims innermost, then heads and tokens in the order of their strides (tokens_inner: a
+// head-major Q); boxes of 64 dims x min(H, 64) heads of one token.
+struct SharedRowsQMaps {
+  CUtensorMap nope, pe;
+  bool tokens_inner[2];  // nope, pe
+};
+
 // kTimed builds the diagnostic variant that fills p.timeline. Its clocks cost registers, so it
 // records only the waits that matter (more spilled, since the entry words). kFp8 reads an
 // fp8_ds_mla cache (4. in the header comment).
 template <bool kTimed, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p,
+                                                                             const __grid_constant__ SharedRowsQMaps q_maps) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = ptx::smem_addr(smem_raw);
   const uint32_t base = (raw + 1023) & ~1023u;
@@ -754,6 +775,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t p_full[2];           // P and alpha of tile j written (j % 2): 128 scores threads
   __shared__ uint64_t p_empty[2];          // P and alpha of tile j read: 256 output threads
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
+  __shared__ uint64_t q_landed;            // Q's bulk tensor copies complete (thread 0 expects their bytes)
   __shared__ uint64_t s_issued[2];         // S of tile j >= 1 issued (j % 2): 128 scores threads
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -779,6 +801,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       cuda::ptx::mbarrier_init(&p_empty[b], kOutGroups * 128);
     }
     cuda::ptx::mbarrier_init(&q_read, 128);
+    cuda::ptx::mbarrier_init(&q_landed, 1);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // the copies' complete_tx sees the initialised barrier
+    ptx::prefetch_tensormap(&q_maps.nope);
+    ptx::prefetch_tensormap(&q_maps.pe);
     if (kFp8) *s_q_amax = 0;
     for (int b = 0; b < 2; ++b) cuda::ptx::mbarrier_init(&s_issued[b], 128);
   }
@@ -805,21 +831,40 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const auto head_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) & block_mask) * kHeadGroup + r % kHeadGroup; };
   const auto row_live = [&](int r) { return b0 + r / kHeadGroup < num_blocks; };  // rows past the last head block: none
 
-  // 2. Q of the 4 head blocks: dims 0-383 into the tile area (read into registers below), dims
-  //    384-575 into their own blocks; rows past the last head block are zeros.
-  for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
-    const int r = c / kChunksPerRow, col = c - r * kChunksPerRow;
-    const int t = token_of_row(r), h = head_of_row(r);
-    const bool live = row_live(r);
-    const uint16_t* src = !live ? p.q_nope
-                          : col < kCkvChunks
-                              ? p.q_nope + t * p.q_nope_token_stride + h * p.q_nope_head_stride + col * 8
-                              : p.q_pe + t * p.q_pe_token_stride + h * p.q_pe_head_stride + (col - kCkvChunks) * 8;
-    const uint32_t dst = col < kRegChunks ? sTiles + kQStagingOffset + wgmma::sw128_offset(kRows, r, col)
-                                          : sQSmem + wgmma::sw128_offset(kRows, r, col - kRegChunks);
-    ptx::cp_async_16(dst, src, live ? 16u : 0u);
+  // 2. Without a union pass the CTA compacts its token's list itself (3. below). Its index loads
+  //    go out first: they head the critical path (indices -> rows -> S), Q is needed only at S
+  //    (64 heads T = 16 33.0 -> 32.4 us, run 432).
+  constexpr int kItems = (SparseMlaPlan::kMaxChunk + kThreads - 1) / kThreads;
+  int32_t row[kItems];
+  if (!p.shared_rows_union_pass) {
+    const int32_t* list = p.indices + static_cast<int64_t>(token_of_row(0)) * p.indices_token_stride;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {  // every load in flight before any test
+      const int k = j * kThreads + tid;
+      row[j] = k < p.topk ? __ldg(list + k) : -1;
+    }
   }
-  ptx::cp_async_commit();
+  //    Q of the 4 head blocks by bulk tensor copies (TMA), in the 128-byte swizzle wgmma reads:
+  //    dims 0-383 into the tile area (read into registers below), dims 384-575 into their own
+  //    blocks; rows past the last head block are the copies' out-of-bounds zeros. Thread 0 issues
+  //    9 x 64 / box_rows copies of 64 dims x box_rows heads of one token. (As 4608 cp.async with
+  //    their address math, Q took ~2.4 us of a small split's ~5 us setup, run 432.)
+  if (tid == 0) {
+    cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, &q_landed,
+                                         static_cast<uint32_t>(kRows * kQkDim * 2));
+    const int box_rows = min(p.num_heads, kRows);
+    for (int r0 = 0; r0 < kRows; r0 += box_rows) {
+      const int t = token_of_row(r0), h = head_of_row(r0);
+#pragma unroll
+      for (int b = 0; b < kQkDim / 64; ++b) {  // 64-dim blocks: 6 staged, 2 ckv + 1 kpe in their own
+        const bool pe = b == kCkvDim / 64;
+        const int d = pe ? 0 : b * 64;
+        uint8_t* dst = smem + (b < kRegKSteps / 4 ? kTilesOffset + kQStagingOffset + b * kRows * 128 : kQSmemOffset + (b - kRegKSteps / 4) * kRows * 128) + r0 * 128;
+        const int32_t coords[3] = {d, q_maps.tokens_inner[pe] ? t : h, q_maps.tokens_inner[pe] ? h : t};
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, pe ? &q_maps.pe : &q_maps.nope, coords, &q_landed);
+      }
+    }
+  }
 
   // 3. The group's union from the pass before (sparse_mla_shared_rows_union_kernel): entry words,
   //    or keys and each entry's first key, into the same shared memory the loop reads. A split
@@ -836,15 +881,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     header = *reinterpret_cast<const int4*>(record);
     num_entries = header.x;
   } else {
-    constexpr int kItems = (SparseMlaPlan::kMaxChunk + kThreads - 1) / kThreads;
-    const int32_t* list = p.indices + static_cast<int64_t>(token_of_row(0)) * p.indices_token_stride;
-    int32_t row[kItems];
     bool valid[kItems];
-#pragma unroll
-    for (int j = 0; j < kItems; ++j) {  // every load in flight before any test
-      const int k = j * kThreads + tid;
-      row[j] = k < p.topk ? __ldg(list + k) : -1;
-    }
     const int listed = list_length(p, token_of_row(0));  // topk, or the token's length
 #pragma unroll
     for (int j = 0; j < kItems; ++j) valid[j] = j * kThreads + tid < listed && names_a_row(row[j], p.num_rows);
@@ -863,7 +900,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   // combine, counting the token's valid indices as the compaction did, skips the token.
   const bool fused = split_out && p.fused_rows > 0 && num_entries <= p.fused_rows;
   if (fused && split != 0) {
-    ptx::cp_async_wait<0>();  // Q's copies land before the CTA's shared memory is released
+    if (tid == 0) ptx::mbarrier_wait(&q_landed, 0);  // Q's copies land before the CTA's shared memory is released
     return;
   }
   const bool write_partials = split_out && !fused;
@@ -976,12 +1013,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       }
     }
   }
-  if (early_tiles)
-    ptx::cp_async_wait<kQStagingFreeStages>();  // Q landed (the early tiles may not have)
-  else
-    ptx::cp_async_wait<0>();
-  wgmma::fence_proxy_async_smem();  // Q's shared-memory blocks are read by wgmma
-  __syncthreads();  // entries, Q and the mbarriers visible
+  if (!early_tiles) ptx::cp_async_wait<0>();  // the union pass's record (the early tiles need not land yet)
+  __syncthreads();  // entries and the mbarriers visible
+  ptx::mbarrier_wait(&q_landed, 0);  // Q landed
   if constexpr (kFp8) {
     // Q for the f16 MMAs, in place: times 2^-shift (f16_shift of its largest element over the
     // CTA's rows: a head 2^20 below it still sits in f16's normal range), its ckv dims as f16 and
@@ -1366,8 +1400,50 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
 
 int shared_rows_smem_bytes() { return kSmemBytes; }
 
+// The driver's cuTensorMapEncodeTiled, found once through the runtime (nothing links libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    DSA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr) throw Error("the CUDA driver has no cuTensorMapEncodeTiled");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// One part of Q (`dims` wide; element (t, h, d) at t * token_stride + h * head_stride + d) as a
+// tensor map whose boxes are 64 dims x min(H, 64) heads of one token, 128-byte swizzled. The
+// heads and tokens go in the order of their strides; a token stride no copy reads (T = 1) is
+// replaced by one past the heads.
+CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t head_stride, int64_t token_stride,
+                       int num_heads, int num_tokens, bool& tokens_inner) {
+  if (num_tokens == 1) token_stride = head_stride * num_heads;
+  tokens_inner = token_stride < head_stride;
+  const cuuint32_t box_rows = static_cast<cuuint32_t>(std::min(num_heads, kRows));
+  const cuuint64_t heads = static_cast<cuuint64_t>(num_heads), tokens = static_cast<cuuint64_t>(num_tokens);
+  const cuuint64_t head_bytes = static_cast<cuuint64_t>(head_stride) * 2, token_bytes = static_cast<cuuint64_t>(token_stride) * 2;
+  const cuuint64_t dim[3] = {static_cast<cuuint64_t>(dims), tokens_inner ? tokens : heads, tokens_inner ? heads : tokens};
+  const cuuint64_t stride[2] = {tokens_inner ? token_bytes : head_bytes, tokens_inner ? head_bytes : token_bytes};
+  const cuuint32_t box[3] = {64, tokens_inner ? 1u : box_rows, tokens_inner ? box_rows : 1u};
+  const cuuint32_t element_stride[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(q), dim, stride, box,
+                                          element_stride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(std::string(name) + ": the strides (head " + std::to_string(head_stride) + ", token " + std::to_string(token_stride) +
+                " elements) make no TMA tensor map (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return map;
+}
+
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
+  SharedRowsQMaps q_maps;
+  q_maps.nope = q_part_map("q_nope", p.q_nope, kCkvDim, p.q_nope_head_stride, p.q_nope_token_stride, p.num_heads, p.num_tokens,
+                           q_maps.tokens_inner[0]);
+  q_maps.pe = q_part_map("q_pe", p.q_pe, kKpeDim, p.q_pe_head_stride, p.q_pe_token_stride, p.num_heads, p.num_tokens,
+                         q_maps.tokens_inner[1]);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false, false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true, false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false, true>>(kSmemBytes);
@@ -1384,9 +1460,9 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
     sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
     DSA_CUDA_CHECK(cudaGetLastError());
     if (!split_out) launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
-    launch_dependent(kernel, grid, dim3(kThreads), kSmemBytes, stream, p);
+    launch_dependent(kernel, grid, dim3(kThreads), kSmemBytes, stream, p, q_maps);
   } else {
-    kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
+    kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, q_maps);
     DSA_CUDA_CHECK(cudaGetLastError());
   }
   if (split_out) launch_sparse_mla_combine(p, stream);

@@ -1306,6 +1306,42 @@ TEST_F(Gpu, StridedQueryOutputAndCombinedCache) {
   }
 }
 
+// ---- head-major q ([H, T, 576]: the token stride below the head stride) ----------------------
+// The shared-rows kernel copies Q by TMA tensor maps, whose dims it orders by stride; split-K
+// reads it row by row. Every head count, both caches, the planner's plan and shared rows (with
+// splits at 64 / 128 heads); T = 1 gets a token stride no row uses.
+TEST_F(Gpu, HeadMajorQueryOnEveryKernel) {
+  for (int H : {16, 32, 64, 128})
+    for (bool fp8 : {false, true})
+      for (int T : {1, 3}) {
+        HostProblem hp = make_problem(T, H, 256, 16, 64, IndexPattern::padding_middle, 777 + H + T);
+        if (fp8) hp.to_fp8(false);
+        std::vector<double> ro, rl;
+        reference(hp, ro, rl);
+        const int64_t q_ts = T == 1 ? 8 : 576, q_hs = 576 * T + 8;  // T = 1: rows overlap in no read
+        std::vector<uint16_t> q(size_t(H) * q_hs + 64, 0x7fc0);
+        for (int t = 0; t < T; ++t)
+          for (int h = 0; h < H; ++h) {
+            std::memcpy(&q[h * q_hs + t * q_ts], &hp.q_nope[(size_t(t) * H + h) * 512], 1024);
+            std::memcpy(&q[h * q_hs + t * q_ts + 512], &hp.q_pe[(size_t(t) * H + h) * 64], 128);
+          }
+        DeviceProblem d(hp);
+        DeviceBuffer<uint16_t> dq(q);
+        SparseMlaProblem p = d.view();
+        p.q_nope = dq.ptr;
+        p.q_pe = dq.ptr + 512;
+        p.q_nope_head_stride = p.q_pe_head_stride = q_hs;
+        p.q_nope_token_stride = p.q_pe_token_stride = q_ts;
+        PlanChoice with_splits;
+        with_splits.kernel = PlanChoice::Kernel::shared_rows;
+        with_splits.splits = H >= 64 ? 3 : 1;
+        for (const SparseMlaPlan& plan : {plan_sparse_mla(p), plan_sparse_mla(T, H, hp.topk, DeviceInfo::from_device(0), with_splits)}) {
+          const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+          EXPECT_TRUE(a.ok()) << "H " << H << " T " << T << (fp8 ? " fp8 " : " bf16 ") << " kernel " << static_cast<int>(plan.kernel) << " splits " << plan.splits << ": " << a.summary();
+        }
+      }
+}
+
 // ---- indices with a token stride > topk: the gap holds valid-looking rows that must not be read --
 TEST_F(Gpu, StridedIndicesNeverReadPastTopk) {
   const HostProblem hp = make_problem(6, 16, 77, 64, 64, IndexPattern::padding_middle, 4321);
