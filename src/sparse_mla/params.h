@@ -188,22 +188,17 @@ inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 inline constexpr int kSharedRowsMinTokens32Heads = 256;
 inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
-// Lists of kSharedRowsLongList positions or more: from half of kSharedRowsMinPairsWide (bf16), or
-// three quarters (fp8_ds_mla, whose split-K tiles cost less).
-inline constexpr int64_t kSharedRowsMinPairsLongList = kSharedRowsMinPairsWide / 2;
-inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = kSharedRowsMinPairsWide * 3 / 4;
+// At 64 and 128 heads, since Q moves by TMA (run 434): bf16 lists of kSharedRowsMinListBf16
+// positions or more from 2^13 pairs (64 heads T = 1 / 128 heads T = 1 at topk 2048 / 1024), fp8
+// lists of kSharedRowsLongList or more from 3 x 2^14 (T = 6 / 3 at topk 2048).
+inline constexpr int64_t kSharedRowsMinPairsBf16 = int64_t{1} << 13;
+inline constexpr int kSharedRowsMinListBf16 = 256;
+inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = int64_t{3} << 14;
 inline constexpr int kSharedRowsLongList = 1024;
-// Small bf16 calls of long lists at 64 and 128 heads, where split-K reads every row 4 or 8 times
-// per token and shared rows once or twice: at num_heads, from min_head_blocks head blocks for
-// lists of at least min_topk positions (128 heads: T >= 3 from 1152, T >= 2 from 1536; 64 heads:
-// T >= 5 from 1792).
-struct SharedRowsSmallCall {
-  int num_heads, min_topk, min_head_blocks;
-};
-inline constexpr SharedRowsSmallCall kSharedRowsSmallCalls[] = {{128, 1152, 24}, {128, 1536, 16}, {64, 1792, 20}};
 // Shared rows' splits below one wave at 64 and 128 heads: fewer than kSharedRowsManyGroups groups
-// put their CTAs on at most 3/4 of the SMs; from that many, a group takes at most
-// kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).
+// put their CTAs on at most 3/4 of the SMs, and on at most half of them unless each split keeps
+// two tiles; from that many, a group takes at most kSharedRowsManyGroupsMaxSplits splits (fewer,
+// longer CTAs).
 inline constexpr int kSharedRowsManyGroups = 8;
 inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs

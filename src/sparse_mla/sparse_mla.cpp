@@ -332,32 +332,22 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
   //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
-  //    call holds 2^17 (head block, index position) pairs, or with lists of >= 1024 positions
-  //    2^16 (bf16) or 3 x 2^15 (fp8), small bf16 calls of long lists (kSharedRowsSmallCalls,
-  //    below), or more head blocks than split-K's two CTAs per SM:
-  //    split-K's CTAs of 16 heads each read every row again and run mma.sync at M = 16. Fewer
-  //    groups than SMs split each group's union tiles within one wave (a combine merges them;
-  //    how many splits: below), and CTAs of one wave compact their token's list themselves (no
-  //    union or order pass). Measured on the H100 (docs/perf.md runs 125-134), split-K vs shared-rows, us:
-  //    H = 64 random T = 8 / 16 / 32 / 64 / 256 / 1024 29.5 / 47.0 / 83.7 / 147 / 557 / 2183 vs
-  //    29.2 / 35.3 / 52.4 / 80.2 / 240 / 906, prefill T = 4096 8274 vs 3217, runs of 16 / 300
-  //    rows T = 1024 115 / 396 vs 113 / 233, topk 256 T = 1024 334 vs 213; H = 128 random T = 4 /
-  //    8 / 16 / 32 / 1024 29.5 / 46.6 / 82.9 / 145 / 4251 vs 26.7 / 30.6 / 43.8 / 69.3 / 1606,
-  //    topk 64 T = 64 22.3 vs 15.8. Split-K keeps smaller calls, where shared rows' fixed costs
-  //    (Q of 64 heads, the 64-row epilogue, partials of 64 heads) weigh: 64 heads T = 1 / 4
-  //    13.3 / 20.2 vs 16.1 / 25.4, topk 256 T = 64 26.1 vs 31.0, topk 64 T = 64 11.8 vs 23.5; 128
-  //    heads T = 2 20.2 vs 23.7 (fp32 partials). fp8 (runs 395-396): 32 head blocks of 2048
-  //    positions go to split-K (64 heads T = 8 26.2 vs 28.9, 128 heads T = 4 25.8 vs 28.7), 48 to
-  //    shared rows (T = 12 / 6: 34.8 / 34.7 vs 34.0 / 33.7). Since partials are bf16 (run 418)
-  //    shared rows' splits win smaller bf16 calls of full lists: 128 heads T = 2 / 3 20.3 / 25.4
-  //    vs 18.7 / 20.7, 64 heads T = 4 / 5 / 6 / 7 20.4 / 22.8 / 25.7 / 27.4 vs 20.6 / 21.6 /
-  //    23.4 / 25.6; not lists of 1024 (64 heads T = 8 19.6 vs 23.0, 128 heads T = 4 19.7 vs 20.7)
-  //    nor fp8 (128 heads T = 2 / 3 18.5 / 22.8 vs 19.5 / 21.7, 64 heads T = 5 / 7 20.8 / 24.9 vs
-  //    20.7 / 25.0: within 5 % either way). Shorter lists (runs 421-422, bf16): at 128 heads
-  //    shared rows win from T = 3 above 1024 positions (topk 1152 / 1280 / 1536 T = 3 18.0 / 18.7
-  //    / 19.1 vs 19.4 / 20.0 / 22.3) and at T = 2 from ~1536 (1664 / 1792 17.6 / 18.0 vs 19.1 /
-  //    19.6; 1280 16.8 vs 17.0); at 64 heads from T = 5 only from 1792 (20.5 vs 22.1; topk 1536
-  //    T = 5 / 7 / 8 20.3 / 24.1 / 25.1 vs 19.9 / 23.1 / 24.0).
+  //    call holds 2^17 (head block, index position) pairs; bf16 lists of >= 256 positions from
+  //    2^13 pairs, fp8 lists of >= 1024 from 3 x 2^14; or more head blocks than split-K's two
+  //    CTAs per SM. Split-K's CTAs of 16 heads each read every row again and run mma.sync at
+  //    M = 16. Fewer groups than SMs split each group's union tiles within one wave (a combine
+  //    merges them; how many splits: below), and CTAs of one wave compact their token's list
+  //    themselves (no union or order pass). Measured on the H100 (docs/perf.md, runs 125-134,
+  //    418-426 and 434-435 for the history), split-K vs shared rows, us: H = 64 random T = 32 /
+  //    64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 / 240 / 906, prefill T = 4096 8274
+  //    vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 / 1606. Since Q moves by TMA (6238c75,
+  //    run 434-435) shared rows also win the smallest bf16 calls of long lists: 64 heads T = 1 /
+  //    2 / 4 14.8 / 16.2 / 20.4 vs 13.1 / 15.1 / 18.2 (topk 2048), 128 heads T = 1 16.1 vs 13.9
+  //    (2048) and 13.3 vs 11.8 (1024), 64 heads topk 512 T = 8 15.2 vs 14.7; not 4096 pairs
+  //    (64 heads T = 1 topk 1024 9.6 vs 10.9, topk 512 8.6 vs 10.3; 128 heads topk 256 T = 2 9.5
+  //    vs 10.8), and 64 heads T = 2 topk 1536 loses 13.4 vs 14.0. fp8, whose split-K tiles cost
+  //    less: from T = 6 / 3 at 64 / 128 heads (22.9 / 22.8 vs 20.3 / 20.3); T = 4 / 2 within 2 %,
+  //    T = 1 and lists of 1024 at T = 4 / 2 split-K by 4-15 %.
   //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
   //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
   //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
@@ -404,22 +394,21 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const int shared_rows_tiles = static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries));  // of a full list
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
-    const int64_t long_list_pairs = fp8 ? detail::kSharedRowsMinPairsLongListFp8 : detail::kSharedRowsMinPairsLongList;
-    bool small_call_pays = false;
-    for (const detail::SharedRowsSmallCall& rule : detail::kSharedRowsSmallCalls)
-      small_call_pays |= !fp8 && num_heads == rule.num_heads && topk >= rule.min_topk &&
-                         shared_rows_head_blocks >= rule.min_head_blocks;
-    shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide ||
-                       (pairs >= long_list_pairs && topk >= detail::kSharedRowsLongList) || small_call_pays ||
-                       shared_rows_head_blocks > split_k_slots;
+    const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
+                                    : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16;
+    shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
     // Fewer groups than SMs: split each group's union tiles within one wave (one CTA per SM), no
-    // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, 8 or more
-    // at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads T = 8 /
-    // 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8
-    // / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7). Above 8 splits the main
-    // kernel gains <= 1.2 us and the many-splits combine's tail grows 2.6 -> 6.3-7.5 (run 427).
+    // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, and at
+    // most half of them unless each split keeps 2 tiles; 8 or more groups at most 8 splits each.
+    // All faster than filling the chip (runs 422-425: 64 heads T = 8 / 10 / 12 27.6 / 29.5 / 32.2
+    // -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8 / 27.7 -> 18.2 / 24.3 / 25.2).
+    // Above 8 splits the main kernel gains <= 1.2 us and the many-splits combine's tail grows
+    // 2.6 -> 6.3-7.5 (run 427); 96 CTAs of one tile each lose to 48 of two (128 heads T = 1,
+    // topk 1536: 14.9 vs 13.1 us, run 435).
     if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
-      const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / shared_rows_ctas
+      const int64_t few_groups_ctas =  // <= 3/4 of the SMs; > 1/2 only with 2 tiles per split
+          std::min<int64_t>(dev.sm_count * 3 / 4, std::max<int64_t>(dev.sm_count / 2, shared_rows_ctas * (shared_rows_tiles / 2)));
+      const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? few_groups_ctas / shared_rows_ctas
                                                                            : detail::kSharedRowsManyGroupsMaxSplits;
       const int64_t max_splits =
           std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / shared_rows_ctas, shared_rows_tiles, cap}));

@@ -185,8 +185,8 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
 }
 
 // An fp8_ds_mla cache has its own thresholds where its split-K costs less (docs/perf.md runs
-// 395-397): at 16 heads shared rows only for consecutive tokens; at 32 heads from T = 256 in whole
-// waves; at 64 and 128 heads with long lists from 3 x 2^15 (head block, position) pairs. Where
+// 395-397, 434): at 16 heads shared rows only for consecutive tokens; at 32 heads from T = 256 in
+// whole waves; at 64 and 128 heads with long lists from 3 x 2^14 (head block, position) pairs. Where
 // both formats take the same kernel they get the same splits and workspace; split-K's tiles
 // differ: 64 rows on splits of >= 1024 positions (kFp8WideTileMinChunk), 32 below, never 16.
 TEST(Planner, Fp8CacheHasItsOwnThresholds) {
@@ -215,15 +215,21 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 200 (split-K past one wave), fp8 not.
   EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
   EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
-  // 64 / 128 heads at topk 2048: 16-32 head blocks differ (bf16's rule for full lists, then
-  // 2^16 pairs), 48 (3 x 2^15) do not.
-  for (auto [T, H] : {std::pair{5, 64}, std::pair{7, 64}, std::pair{8, 64}, std::pair{2, 128}, std::pair{3, 128}, std::pair{4, 128}}) {
+  // 64 / 128 heads at topk 2048: 4-20 head blocks differ (bf16 from 2^13 pairs), 24 (3 x 2^14)
+  // do not.
+  for (auto [T, H] : {std::pair{1, 64}, std::pair{5, 64}, std::pair{1, 128}, std::pair{2, 128}}) {
     EXPECT_EQ(fp8_kernel(T, H), SparseMlaKernel::split_k) << T << " " << H;
     EXPECT_EQ(bf16_kernel(T, H), SparseMlaKernel::shared_rows) << T << " " << H;
   }
-  for (auto [T, H] : {std::pair{12, 64}, std::pair{11, 64}, std::pair{6, 128}})
-    EXPECT_EQ(fp8_kernel(T, H, IndexSharing::none), T == 11 ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T << " " << H;
-  for (auto [T, H] : {std::pair{512, 16}, std::pair{1024, 32}, std::pair{64, 64}, std::pair{12, 64}, std::pair{8, 128}, std::pair{3, 64}, std::pair{100, 32}})
+  for (auto [T, H] : {std::pair{6, 64}, std::pair{3, 128}, std::pair{12, 64}})
+    EXPECT_EQ(fp8_kernel(T, H, IndexSharing::none), SparseMlaKernel::shared_rows) << T << " " << H;
+  // fp8 lists below 1024 positions: from 2^17 pairs only (64 heads topk 1023: T = 33).
+  const auto fp8_short = [](int T) { return plan_sparse_mla(T, 64, 1023, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel; };
+  EXPECT_EQ(fp8_short(32), SparseMlaKernel::split_k);
+  EXPECT_EQ(fp8_short(33), SparseMlaKernel::shared_rows);
+  EXPECT_EQ(plan_sparse_mla(12, 64, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows);
+  EXPECT_EQ(plan_sparse_mla(11, 64, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
+  for (auto [T, H] : {std::pair{512, 16}, std::pair{1024, 32}, std::pair{64, 64}, std::pair{12, 64}, std::pair{8, 128}, std::pair{6, 64}, std::pair{100, 32}})
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
       const SparseMlaPlan bf16 = plan(T, H, sharing, KvCacheFormat::bf16), fp8 = plan(T, H, sharing, KvCacheFormat::fp8_ds_mla);
       EXPECT_EQ(fp8.kernel, bf16.kernel) << T << " " << H;
@@ -293,36 +299,26 @@ TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
 // per 64 heads and masks nothing: whatever the hint, from 2^17 (head block, position) pairs,
-// 2^16 with lists of >= 1024 positions, small bf16 calls of long lists (128 heads: T >= 3 from
-// 1152 positions, T >= 2 from 1536; 64 heads: T >= 5 from 1792), or more head blocks than
-// split-K's two CTAs per SM.
+// bf16 lists of >= 256 positions from 2^13 pairs (fp8: the test above), or more head blocks
+// than split-K's two CTAs per SM.
 TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
     const auto kernel = [&](int T, int H, int topk) { return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel; };
-    for (int T : {5, 7, 8, 16, 33, 34, 64, 65, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {2, 3, 4, 8, 17, 33, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {1, 4}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
-    EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
-    // Small calls: bf16 only, and by list length. 2^15 pairs of 1024 keep split-K.
-    EXPECT_EQ(kernel(8, 64, 1024), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(4, 128, 1024), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(3, 128, 1151), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(3, 128, 1152), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(2, 128, 1535), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(2, 128, 1536), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(5, 64, 1791), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(5, 64, 1792), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(7, 64, 2047), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(10, 64, 1536), SparseMlaKernel::split_k);  // 61440 pairs: below 2^16
-    EXPECT_EQ(plan_sparse_mla(3, 128, 2048, kH100, {}, sharing, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
-    // Pairs: T = 64 at topk 512 is 2^17 (shared rows), at topk 256 half that with short lists
-    // (split-K); at topk 1024 T = 16 is 2^16 with a long list; T = 1024 at 256 is plenty.
-    EXPECT_EQ(kernel(64, 64, 512), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(64, 64, 511), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(64, 64, 256), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(16, 64, 1024), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(16, 64, 1023), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(1024, 64, 256), SparseMlaKernel::shared_rows);
+    for (int T : {1, 2, 4, 5, 8, 16, 33, 64, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {1, 2, 3, 8, 17, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
+    // bf16 from 2^13 pairs with lists of >= 256 positions.
+    EXPECT_EQ(kernel(1, 128, 1024), SparseMlaKernel::shared_rows);  // 8 head blocks x 1024
+    EXPECT_EQ(kernel(1, 128, 1023), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(1, 64, 2047), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(2, 64, 1024), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(4, 64, 512), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(4, 64, 511), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(8, 64, 256), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(4, 128, 256), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(2, 128, 256), SparseMlaKernel::split_k);
+    // Shorter lists: not from 2^13 pairs (nor 2^17, which head blocks reach first below 497).
+    EXPECT_EQ(kernel(9, 64, 255), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(66, 64, 255), SparseMlaKernel::split_k);
     // More head blocks than 2 x 132: split-K would need a second wave.
     EXPECT_EQ(kernel(64, 128, 64), SparseMlaKernel::shared_rows);  // 512 head blocks, 2^15 pairs
     EXPECT_EQ(kernel(66, 64, 64), SparseMlaKernel::split_k);       // 264
@@ -332,7 +328,8 @@ TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
 }
 
 // Fewer groups than SMs split each group's union tiles within one wave, with no split empty for
-// a full list: fewer than 8 groups on at most 3/4 of the SMs, 8 or more at most 8 splits each.
+// a full list: fewer than 8 groups on at most 3/4 of the SMs (more than half only with 2 tiles
+// per split), 8 or more at most 8 splits each.
 // One wave of CTAs compacts its own lists (no union or order pass).
 TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   const SparseMlaPlan t16 = plan_sparse_mla(16, 64, 2048, kH100);  // 16 groups x 8 splits of 8 tiles
@@ -355,6 +352,11 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   const SparseMlaPlan t7 = plan_sparse_mla(7, 64, 2048, kH100);  // 7 groups: 14 splits -> 5 tiles each -> 13
   EXPECT_EQ(t7.splits, 13);
   EXPECT_EQ(t7.chunk, 160);
+  // 1-2 groups: at most 66 CTAs of one tile each, up to 99 of two or more.
+  EXPECT_EQ(plan_sparse_mla(1, 64, 2048, kH100).splits, 64);   // 1 group, 64 tiles: 64 CTAs
+  EXPECT_EQ(plan_sparse_mla(1, 128, 2048, kH100).splits, 32);  // 2 groups: 33 -> 2 tiles each -> 32
+  EXPECT_EQ(plan_sparse_mla(1, 128, 1536, kH100).splits, 24);  // 48 tiles: 33 -> 2 tiles each -> 24 (not 48 of one)
+  EXPECT_EQ(plan_sparse_mla(1, 128, 1024, kH100).splits, 32);  // 32 tiles: 32 CTAs of one tile per group
   const SparseMlaPlan t5 = plan_sparse_mla(5, 128, 2048, kH100);  // 10 groups: 8 splits of 8 tiles
   EXPECT_EQ(t5.splits, 8);
   EXPECT_EQ(t5.chunk, 256);
