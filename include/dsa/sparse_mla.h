@@ -129,12 +129,12 @@ enum class SparseMlaKernel {
                 // its CTAs fill >= 90 % of whole waves; at 32 heads, for a bf16 cache with topk >=
                 // 1024 once split-K needs a second wave (T > the SM count), else from T >= 256 in
                 // whole waves; at 64 and 128 heads, whatever the hint, from 2^17
-                // (head block, index position) pairs (head blocks: T x H / 16), from 2^13 for
-                // a bf16 cache with topk >= 256 and 3 x 2^14 for fp8_ds_mla with topk >= 1024,
-                // or more head blocks than two per SM (at topk 2048 on an H100: every T for
-                // bf16; fp8_ds_mla T >= 6 at 64 heads and T >= 3 at 128), splitting each CTA's
-                // entries when there are fewer CTAs than SMs (on at most 3/4 of them, more than
-                // half only with 2 tiles per split, or 8 splits). Limits: topk <=
+                // (head block, index position) pairs (head blocks: T x H / 16), from 2^13 and 12
+                // head blocks for a bf16 cache with topk >= 256, from 3 x 2^14 for fp8_ds_mla
+                // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
+                // H100: T >= 3 at 64 heads and T >= 2 at 128; fp8_ds_mla T >= 6 and 3),
+                // splitting each CTA's entries when there are fewer CTAs than SMs (on at most 3/4
+                // of them, or 8 splits). Limits: topk <=
                 // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements (bytes
                 // for fp8_ds_mla)
 };

@@ -188,17 +188,19 @@ inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 inline constexpr int kSharedRowsMinTokens32Heads = 256;
 inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
-// At 64 and 128 heads, since Q moves by TMA (run 434): bf16 lists of kSharedRowsMinListBf16
-// positions or more from 2^13 pairs (64 heads T = 1 / 128 heads T = 1 at topk 2048 / 1024), fp8
-// lists of kSharedRowsLongList or more from 3 x 2^14 (T = 6 / 3 at topk 2048).
+// At 64 and 128 heads, since Q moves by TMA (runs 434-436): bf16 lists of
+// kSharedRowsMinListBf16 positions or more from 2^13 pairs and kSharedRowsMinHeadBlocksBf16
+// head blocks (T >= 3 / 2 at 64 / 128 heads: below, split-K's fused and lean rows finish the
+// short lists of a decode step sooner), fp8 lists of kSharedRowsLongList or more from 3 x 2^14
+// pairs (T >= 6 / 3 at topk 2048).
 inline constexpr int64_t kSharedRowsMinPairsBf16 = int64_t{1} << 13;
 inline constexpr int kSharedRowsMinListBf16 = 256;
+inline constexpr int64_t kSharedRowsMinHeadBlocksBf16 = 12;
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = int64_t{3} << 14;
 inline constexpr int kSharedRowsLongList = 1024;
 // Shared rows' splits below one wave at 64 and 128 heads: fewer than kSharedRowsManyGroups groups
-// put their CTAs on at most 3/4 of the SMs, and on at most half of them unless each split keeps
-// two tiles; from that many, a group takes at most kSharedRowsManyGroupsMaxSplits splits (fewer,
-// longer CTAs).
+// put their CTAs on at most 3/4 of the SMs; from that many, a group takes at most
+// kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).
 inline constexpr int kSharedRowsManyGroups = 8;
 inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs

@@ -333,21 +333,25 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // or one token's 64, over the union of their index lists) when forced, or by the planner:
   //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
   //    call holds 2^17 (head block, index position) pairs; bf16 lists of >= 256 positions from
-  //    2^13 pairs, fp8 lists of >= 1024 from 3 x 2^14; or more head blocks than split-K's two
-  //    CTAs per SM. Split-K's CTAs of 16 heads each read every row again and run mma.sync at
+  //    2^13 pairs and 12 head blocks, fp8 lists of >= 1024 from 3 x 2^14 pairs; or more head
+  //    blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read every row again and run mma.sync at
   //    M = 16. Fewer groups than SMs split each group's union tiles within one wave (a combine
   //    merges them; how many splits: below), and CTAs of one wave compact their token's list
   //    themselves (no union or order pass). Measured on the H100 (docs/perf.md, runs 125-134,
   //    418-426 and 434-435 for the history), split-K vs shared rows, us: H = 64 random T = 32 /
   //    64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 / 240 / 906, prefill T = 4096 8274
   //    vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 / 1606. Since Q moves by TMA (6238c75,
-  //    run 434-435) shared rows also win the smallest bf16 calls of long lists: 64 heads T = 1 /
-  //    2 / 4 14.8 / 16.2 / 20.4 vs 13.1 / 15.1 / 18.2 (topk 2048), 128 heads T = 1 16.1 vs 13.9
-  //    (2048) and 13.3 vs 11.8 (1024), 64 heads topk 512 T = 8 15.2 vs 14.7; not 4096 pairs
-  //    (64 heads T = 1 topk 1024 9.6 vs 10.9, topk 512 8.6 vs 10.3; 128 heads topk 256 T = 2 9.5
-  //    vs 10.8), and 64 heads T = 2 topk 1536 loses 13.4 vs 14.0. fp8, whose split-K tiles cost
-  //    less: from T = 6 / 3 at 64 / 128 heads (22.9 / 22.8 vs 20.3 / 20.3); T = 4 / 2 within 2 %,
-  //    T = 1 and lists of 1024 at T = 4 / 2 split-K by 4-15 %.
+  //    runs 434-436) shared rows also win small bf16 calls of long lists: 64 heads T = 3 / 4
+  //    18.1 / 20.4 vs 17.0 / 18.2 (topk 2048), 128 heads T = 3 / 4 at topk 1024 18.2 / 20.0 vs
+  //    15.7 / 16.2, 64 heads topk 512 T = 8 15.2 vs 14.7, mixed lengths 64 heads T = 4 17.3 vs
+  //    14.9; not 4096 pairs (64 heads T = 1 topk 1024 9.6 vs 10.9, 128 heads topk 256 T = 2 9.5
+  //    vs 10.8). T = 1 (and 2 at 64 heads) stays on split-K: full lists would gain 1.2-1.9 us
+  //    (64 heads T = 1 / 2 14.8 / 16.2 vs 13.1 / 15.1, 128 heads T = 1 16.1 vs 13.9), but short
+  //    ones, which split-K's fused and lean rows finish alone, lose more (2 / 33 / 700 valid rows
+  //    at 64 heads T = 1 5.5 / 9.3 / 10.9 vs 7.3 / 10.7 / 11.9, 128 heads 5.3 / 7.4 vs 7.5 / 8.9;
+  //    64 heads T = 2 of 5 and 1500 10.9 vs 12.6). fp8, whose split-K tiles cost less: from T = 6
+  //    / 3 at 64 / 128 heads (22.9 / 22.8 vs 20.3 / 20.3); T = 4 / 2 within 2 %, T = 1 and lists
+  //    of 1024 at T = 4 / 2 split-K by 4-15 %.
   //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
   //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
   //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
@@ -395,20 +399,17 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
-                                    : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16;
+                                    : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16 &&
+                                          shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
     // Fewer groups than SMs: split each group's union tiles within one wave (one CTA per SM), no
-    // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, and at
-    // most half of them unless each split keeps 2 tiles; 8 or more groups at most 8 splits each.
-    // All faster than filling the chip (runs 422-425: 64 heads T = 8 / 10 / 12 27.6 / 29.5 / 32.2
-    // -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8 / 27.7 -> 18.2 / 24.3 / 25.2).
-    // Above 8 splits the main kernel gains <= 1.2 us and the many-splits combine's tail grows
-    // 2.6 -> 6.3-7.5 (run 427); 96 CTAs of one tile each lose to 48 of two (128 heads T = 1,
-    // topk 1536: 14.9 vs 13.1 us, run 435).
+    // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, 8 or more
+    // at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads T = 8 /
+    // 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8
+    // / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7). Above 8 splits the main
+    // kernel gains <= 1.2 us and the many-splits combine's tail grows 2.6 -> 6.3-7.5 (run 427).
     if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
-      const int64_t few_groups_ctas =  // <= 3/4 of the SMs; > 1/2 only with 2 tiles per split
-          std::min<int64_t>(dev.sm_count * 3 / 4, std::max<int64_t>(dev.sm_count / 2, shared_rows_ctas * (shared_rows_tiles / 2)));
-      const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? few_groups_ctas / shared_rows_ctas
+      const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / shared_rows_ctas
                                                                            : detail::kSharedRowsManyGroupsMaxSplits;
       const int64_t max_splits =
           std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / shared_rows_ctas, shared_rows_tiles, cap}));

@@ -215,9 +215,9 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 200 (split-K past one wave), fp8 not.
   EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
   EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
-  // 64 / 128 heads at topk 2048: 4-20 head blocks differ (bf16 from 2^13 pairs), 24 (3 x 2^14)
-  // do not.
-  for (auto [T, H] : {std::pair{1, 64}, std::pair{5, 64}, std::pair{1, 128}, std::pair{2, 128}}) {
+  // 64 / 128 heads at topk 2048: 12-20 head blocks differ (bf16 from 2^13 pairs and 12 head
+  // blocks), 24 (3 x 2^14) do not.
+  for (auto [T, H] : {std::pair{3, 64}, std::pair{5, 64}, std::pair{2, 128}}) {
     EXPECT_EQ(fp8_kernel(T, H), SparseMlaKernel::split_k) << T << " " << H;
     EXPECT_EQ(bf16_kernel(T, H), SparseMlaKernel::shared_rows) << T << " " << H;
   }
@@ -299,18 +299,20 @@ TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
 // per 64 heads and masks nothing: whatever the hint, from 2^17 (head block, position) pairs,
-// bf16 lists of >= 256 positions from 2^13 pairs (fp8: the test above), or more head blocks
-// than split-K's two CTAs per SM.
+// bf16 lists of >= 256 positions from 2^13 pairs and 12 head blocks (fp8: the test above), or
+// more head blocks than split-K's two CTAs per SM.
 TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
     const auto kernel = [&](int T, int H, int topk) { return plan_sparse_mla(T, H, topk, kH100, {}, sharing).kernel; };
-    for (int T : {1, 2, 4, 5, 8, 16, 33, 64, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
-    for (int T : {1, 2, 3, 8, 17, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {3, 4, 5, 8, 16, 33, 64, 133, 1024, 4096}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::shared_rows) << T;
+    for (int T : {2, 3, 8, 17, 1024, 4096}) EXPECT_EQ(kernel(T, 128, 2048), SparseMlaKernel::shared_rows) << T;
+    // T = 1 (and 2 at 64 heads: under 12 head blocks) keeps split-K, for its short lists.
+    for (int T : {1, 2}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
     // bf16 from 2^13 pairs with lists of >= 256 positions.
-    EXPECT_EQ(kernel(1, 128, 1024), SparseMlaKernel::shared_rows);  // 8 head blocks x 1024
-    EXPECT_EQ(kernel(1, 128, 1023), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(1, 64, 2047), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(2, 64, 1024), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(2, 128, 1024), SparseMlaKernel::shared_rows);  // 16 head blocks x 1024
+    EXPECT_EQ(kernel(3, 64, 683), SparseMlaKernel::shared_rows);    // 12 x 683 = 8196
+    EXPECT_EQ(kernel(3, 64, 682), SparseMlaKernel::split_k);        // 8184
     EXPECT_EQ(kernel(4, 64, 512), SparseMlaKernel::shared_rows);
     EXPECT_EQ(kernel(4, 64, 511), SparseMlaKernel::split_k);
     EXPECT_EQ(kernel(8, 64, 256), SparseMlaKernel::shared_rows);
@@ -328,8 +330,7 @@ TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
 }
 
 // Fewer groups than SMs split each group's union tiles within one wave, with no split empty for
-// a full list: fewer than 8 groups on at most 3/4 of the SMs (more than half only with 2 tiles
-// per split), 8 or more at most 8 splits each.
+// a full list: fewer than 8 groups on at most 3/4 of the SMs, 8 or more at most 8 splits each.
 // One wave of CTAs compacts its own lists (no union or order pass).
 TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   const SparseMlaPlan t16 = plan_sparse_mla(16, 64, 2048, kH100);  // 16 groups x 8 splits of 8 tiles
@@ -352,11 +353,9 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   const SparseMlaPlan t7 = plan_sparse_mla(7, 64, 2048, kH100);  // 7 groups: 14 splits -> 5 tiles each -> 13
   EXPECT_EQ(t7.splits, 13);
   EXPECT_EQ(t7.chunk, 160);
-  // 1-2 groups: at most 66 CTAs of one tile each, up to 99 of two or more.
-  EXPECT_EQ(plan_sparse_mla(1, 64, 2048, kH100).splits, 64);   // 1 group, 64 tiles: 64 CTAs
-  EXPECT_EQ(plan_sparse_mla(1, 128, 2048, kH100).splits, 32);  // 2 groups: 33 -> 2 tiles each -> 32
-  EXPECT_EQ(plan_sparse_mla(1, 128, 1536, kH100).splits, 24);  // 48 tiles: 33 -> 2 tiles each -> 24 (not 48 of one)
-  EXPECT_EQ(plan_sparse_mla(1, 128, 1024, kH100).splits, 32);  // 32 tiles: 32 CTAs of one tile per group
+  const SparseMlaPlan t3_64 = plan_sparse_mla(3, 64, 2048, kH100);  // 3 groups: 33 -> 2 tiles each -> 32
+  EXPECT_EQ(t3_64.kernel, SparseMlaKernel::shared_rows);
+  EXPECT_EQ(t3_64.splits, 32);
   const SparseMlaPlan t5 = plan_sparse_mla(5, 128, 2048, kH100);  // 10 groups: 8 splits of 8 tiles
   EXPECT_EQ(t5.splits, 8);
   EXPECT_EQ(t5.chunk, 256);
