@@ -98,7 +98,7 @@ constexpr int kMaxMergeOwn = kPartialVec4 / 2 / kMergeThreads;  // output float4
 __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n, int64_t block, int64_t b0, int64_t blocks,
                                                     float* partials, unsigned* arrivals, unsigned target, uint4* out,
                                                     unsigned* sink, float4* s_part) {
-  const auto pack = [](float lo, float hi) { return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u); };
+  const auto pack = [](float lo, float hi) { return ptx::pack_bf16x2(lo, hi); };  // rounded, as the kernels' partials
   if (n == 1) {  // the token's output, bf16: 1024 x 16 B
     const unsigned bits = pack(v, v);
     for (int i = threadIdx.x; i < kPartialVec4 / 2; i += kMergeThreads)
