@@ -860,9 +860,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
       for (int b = 0; b < kQkDim / 64; ++b) {  // 64-dim blocks: 6 staged, 2 ckv + 1 kpe in their own
         const bool pe = b == kCkvDim / 64;
         const int d = pe ? 0 : b * 64;
-        uint8_t* dst = smem + (b < kRegKSteps / 4 ? kTilesOffset + kQStagingOffset + b * kRows * 128 : kQSmemOffset + (b - kRegKSteps / 4) * kRows * 128) + r0 * 128;
+        const int block_offset = b < kRegKSteps / 4 ? kTilesOffset + kQStagingOffset + b * kRows * 128  // staged
+                                                    : kQSmemOffset + (b - kRegKSteps / 4) * kRows * 128;
         const int32_t coords[3] = {d, q_maps.tokens_inner[pe] ? t : h, q_maps.tokens_inner[pe] ? h : t};
-        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, pe ? &q_maps.pe : &q_maps.nope, coords, &q_landed);
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + block_offset + r0 * 128,
+                                        pe ? &q_maps.pe : &q_maps.nope, coords, &q_landed);
       }
     }
   }

@@ -334,13 +334,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
   //    call holds 2^17 (head block, index position) pairs; bf16 lists of >= 256 positions from
   //    2^13 pairs and 12 head blocks, fp8 lists of >= 1024 from 3 x 2^14 pairs; or more head
-  //    blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read every row again and run mma.sync at
-  //    M = 16. Fewer groups than SMs split each group's union tiles within one wave (a combine
-  //    merges them; how many splits: below), and CTAs of one wave compact their token's list
-  //    themselves (no union or order pass). Measured on the H100 (docs/perf.md, runs 125-134,
-  //    418-426 and 434-435 for the history), split-K vs shared rows, us: H = 64 random T = 32 /
-  //    64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 / 240 / 906, prefill T = 4096 8274
-  //    vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 / 1606. Since Q moves by TMA (6238c75,
+  //    blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read every row
+  //    again and run mma.sync at M = 16. Fewer groups than SMs split each group's union tiles
+  //    within one wave (a combine merges them; how many splits: below), and CTAs of one wave
+  //    compact their token's list themselves (no union or order pass). Measured on the H100
+  //    (docs/perf.md, runs 125-134, 418-426 and 434-437 for the history), split-K vs shared
+  //    rows, us: H = 64 random T = 32 / 64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 /
+  //    240 / 906, prefill T = 4096 8274 vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 /
+  //    1606. Since Q moves by TMA (6238c75,
   //    runs 434-436) shared rows also win small bf16 calls of long lists: 64 heads T = 3 / 4
   //    18.1 / 20.4 vs 17.0 / 18.2 (topk 2048), 128 heads T = 3 / 4 at topk 1024 18.2 / 20.0 vs
   //    15.7 / 16.2, 64 heads topk 512 T = 8 15.2 vs 14.7, mixed lengths 64 heads T = 4 17.3 vs
