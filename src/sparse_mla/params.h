@@ -224,6 +224,15 @@ __host__ __device__ inline int shared_rows_tokens_per_group(int num_heads) {
   const int blocks_per_token = num_heads / kHeadGroup;
   return blocks_per_token >= kSharedRowsBlocks ? 1 : kSharedRowsBlocks / blocks_per_token;
 }
+// The head count a group's rows are laid out for: at 32 heads without a union pass a group is one
+// token's 32 heads in rows 0-31 of the 64-head layout (rows 32-63 idle: their Q is zero and
+// nothing of them is written), so every function of head blocks and groups takes 64 there.
+__host__ __device__ inline int shared_rows_group_heads(int num_heads, bool union_pass) {
+  return num_heads == 32 && !union_pass ? 64 : num_heads;
+}
+// 32 heads as one token per group (shared_rows_group_heads): bf16 lists of >= kSharedRowsLongList
+// from this many tokens (fp8 from twice as many), below the union's line, in one wave.
+inline constexpr int kSharedRowsOneToken32HeadsMinTokens = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;
 }

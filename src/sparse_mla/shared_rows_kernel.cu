@@ -782,9 +782,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
   const int token_of_warp = warp % 4;    // rows 16w..16w+15 of the wgmma tile: the group's head block w
-  const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
-  const int block_shift = head_block_shift(p.num_heads);
-  const int block_mask = p.num_heads / kHeadGroup - 1;  // head block -> its 16 heads within the token
+  // Head blocks as the groups lay them out: at 32 heads without a union pass, 64 heads' worth per
+  // token (one token per group, rows 32-63 idle; shared_rows_group_heads).
+  const int group_heads = shared_rows_group_heads(p.num_heads, p.shared_rows_union_pass);
+  const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, group_heads);
+  const int block_shift = head_block_shift(group_heads);
+  const int block_mask = group_heads / kHeadGroup - 1;  // head block -> its 16 heads within the token
   const long long clock_entry = kTimed ? clock64() : 0;
   long long* timeline = kTimed ? p.timeline + (int64_t)blockIdx.x * kTimelinePoints : nullptr;
   if (kTimed && tid == 0) timeline[kTlEntry] = ptx::globaltimer_ns();
@@ -830,7 +833,9 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   // ((b0 + r / 16) & block_mask) * 16 + r % 16.
   const auto token_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) >> block_shift); };
   const auto head_of_row = [&](int r) { return static_cast<int>((b0 + r / kHeadGroup) & block_mask) * kHeadGroup + r % kHeadGroup; };
-  const auto row_live = [&](int r) { return b0 + r / kHeadGroup < num_blocks; };  // rows past the last head block: none
+  const auto row_live = [&](int r) {  // rows past the last head block, or past H (32 heads, one token per group): none
+    return b0 + r / kHeadGroup < num_blocks && head_of_row(r) < p.num_heads;
+  };
 
   // 2. Without a union pass the CTA compacts its token's list itself (3. below). Its index loads
   //    go out first: they head the critical path (indices -> rows -> S), Q is needed only at S
@@ -1451,7 +1456,8 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true, false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false, true>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true, true>>(kSmemBytes);
-  const int64_t groups = shared_rows_groups(shared_rows_head_blocks(p.num_tokens, p.num_heads));
+  const int group_heads = shared_rows_group_heads(p.num_heads, p.shared_rows_union_pass);
+  const int64_t groups = shared_rows_groups(shared_rows_head_blocks(p.num_tokens, group_heads));
   const bool split_out = p.splits > 1;
   auto* kernel = p.kv_fp8 ? (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, true> : sparse_mla_shared_rows_kernel<false, true>)
                           : (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, false> : sparse_mla_shared_rows_kernel<false, false>);

@@ -397,34 +397,43 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   bool shared_rows_pays = false;
   int64_t shared_rows_splits = 1;
   const int shared_rows_tiles = static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries));  // of a full list
+  // Splits of one-token groups below one wave (split each group's union tiles; the combine merges
+  // them; no split left empty by a full list). Fewer than 8 groups use at most 3/4 of the SMs, 8
+  // or more at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads
+  // T = 8 / 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 /
+  // 25.8 / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7). Above 8 splits the
+  // main kernel gains <= 1.2 us and the many-splits combine's tail grows 2.6 -> 6.3-7.5 (run 427).
+  const auto one_token_splits = [&](int64_t groups) -> int64_t {
+    if (groups <= 0 || groups >= dev.sm_count) return 1;
+    const int64_t cap = groups < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / groups : detail::kSharedRowsManyGroupsMaxSplits;
+    const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / groups, shared_rows_tiles, cap}));
+    return ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
+  };
+  bool one_token_32_heads = false;  // 32 heads in one-token groups (shared_rows_group_heads)
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
                                     : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16 &&
                                           shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
-    // Fewer groups than SMs: split each group's union tiles within one wave (one CTA per SM), no
-    // split left empty by a full list. Fewer than 8 groups use at most 3/4 of the SMs, 8 or more
-    // at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads T = 8 /
-    // 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 / 25.8
-    // / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7). Above 8 splits the main
-    // kernel gains <= 1.2 us and the many-splits combine's tail grows 2.6 -> 6.3-7.5 (run 427).
-    if (shared_rows_ctas > 0 && shared_rows_ctas < dev.sm_count) {
-      const int64_t cap = shared_rows_ctas < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / shared_rows_ctas
-                                                                           : detail::kSharedRowsManyGroupsMaxSplits;
-      const int64_t max_splits =
-          std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / shared_rows_ctas, shared_rows_tiles, cap}));
-      shared_rows_splits = ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
-    }
+    shared_rows_splits = one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
   // kSharedRowsMinList positions or more.
   const bool hint_allows = sharing == IndexSharing::consecutive || (sharing == IndexSharing::unknown && topk >= detail::kSharedRowsMinList);
-  if (tokens_per_group == 2)
+  if (tokens_per_group == 2) {
     shared_rows_pays = hint_allows && (!fp8 && topk >= detail::kSharedRowsLongList
                                            ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
                                            : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
-  else if (tokens_per_group == 4)  // 16 heads
+    // Below that line, lists of >= 1024 in one wave of one-token groups, whatever the hint:
+    // each row read once per token (split-K: twice) at the price of 32 idle MMA rows.
+    one_token_32_heads = !shared_rows_pays && topk >= detail::kSharedRowsLongList && num_tokens <= dev.sm_count &&
+                         num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens * (fp8 ? 2 : 1);
+    if (one_token_32_heads) {
+      shared_rows_pays = true;
+      shared_rows_splits = one_token_splits(num_tokens);
+    }
+  } else if (tokens_per_group == 4)  // 16 heads
     shared_rows_pays = hint_allows && shared_rows_fills_waves &&
                        (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
                                                              : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
@@ -445,15 +454,17 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // Union entries per split for a full list (whole tiles, shared_rows_split_tiles).
     plan.chunk = static_cast<int>(std::min<int64_t>(
         topk, detail::shared_rows_split_tiles(shared_rows_tiles, plan.splits) * int64_t{detail::kSharedRowsTileEntries}));
-    plan.ctas = launch_ctas(shared_rows_ctas * plan.splits);
+    const bool one_token = planner_picks_shared_rows && one_token_32_heads;  // 32 heads: forced plans unite 2 tokens
+    const int group_heads = detail::shared_rows_group_heads(num_heads, !one_token);
+    plan.ctas = launch_ctas(detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads)) * plan.splits);
     // Fused rows with splits and one token per group: a list of at most one split's entries is
     // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
-    const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, num_heads);
+    const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
     check_fused_rows_choice(choice, fusable);
     plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
     // One token per group in one wave: each CTA compacts its token's list (no union pass, and no
     // order pass, which only matters across waves).
-    plan.union_pass = !(tokens_per_group == 1 && plan.ctas <= dev.sm_count);
+    plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 && plan.ctas <= dev.sm_count);
     // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
     // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
     // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
@@ -585,8 +596,9 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     if (!cache_limit.empty()) fail("plan", cache_limit);
     if (stage != kStageFull) fail("plan", "stage variants exist for split_k only");
     if (plan.splits < 1 || plan.splits > SparseMlaPlan::kMaxSplits) fail("plan", "inconsistent splits");
-    if (!plan.union_pass && detail::shared_rows_tokens_per_group(plan.num_heads) != 1)
-      fail("plan", "shared_rows without a union pass needs 64 or 128 heads");
+    const int group_heads = detail::shared_rows_group_heads(plan.num_heads, plan.union_pass);
+    if (!plan.union_pass && detail::shared_rows_tokens_per_group(group_heads) != 1)
+      fail("plan", "shared_rows without a union pass needs 32, 64 or 128 heads");
     if (problem.num_tokens == 0) return;
     const int T = problem.num_tokens, H = problem.num_heads;
     require_workspace(workspace, workspace_bytes, shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass));
@@ -595,7 +607,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.shared_rows_union_pass = plan.union_pass;
     k.splits_over_entries = true;
     k.splits = plan.splits;
-    check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, plan.num_heads));
+    check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, group_heads));
     k.fused_rows = plan.fused_rows;
     if (plan.row_order && !detail::shared_rows_row_order_fit(plan.union_pass, plan.num_heads))
       fail("plan", "inconsistent row_order");

@@ -30,16 +30,19 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_LE(p.splits, SparseMlaPlan::kMaxSplits);
         if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
         // Split-K: a CTA per (token, 16 heads, split); shared rows: a CTA per 4 such head blocks
-        // and split, split only at 64 and 128 heads with fewer groups than SMs.
+        // and split (at 32 heads without a union pass a CTA per token and split: one-token
+        // groups), split only with one token per group and fewer groups than SMs.
         const bool shared_rows = p.kernel == SparseMlaKernel::shared_rows;
+        const bool one_token = shared_rows && (H >= 64 || !p.union_pass);
         const int64_t head_blocks = int64_t(T) * (H / 16);
-        const int64_t groups = (head_blocks + 3) / 4;
+        const int64_t groups = one_token ? int64_t(T) * std::max(H / 64, 1) : (head_blocks + 3) / 4;
         EXPECT_EQ(int64_t(p.ctas), (shared_rows ? groups : head_blocks) * p.splits);
         if (shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
-          if (p.splits > 1) EXPECT_TRUE(H >= 64 && groups * p.splits <= 132);
+          if (p.splits > 1) EXPECT_TRUE(one_token && groups * p.splits <= 132);
           if (p.chunk < topk) EXPECT_EQ(p.chunk % 32, 0) << "whole union tiles per split";
-          EXPECT_EQ(p.union_pass, !(H >= 64 && p.ctas <= 132));  // one wave at 64+ heads: CTAs compact their lists
+          EXPECT_EQ(p.union_pass, !(one_token && p.ctas <= 132));  // one wave of one-token groups: CTAs compact their lists
+          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && T <= 132 && topk >= 1024);
         }
         // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
@@ -53,7 +56,7 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_EQ(p.launches, T == 0 ? 0 : launches);
         // Fused rows exactly where the kernel can count a whole list and find split starts
         // (shared rows: where a group is one token's list).
-        const bool fusable = shared_rows ? p.splits > 1 && H >= 64
+        const bool fusable = shared_rows ? p.splits > 1 && one_token
                                          : p.splits > 1 && topk <= SparseMlaPlan::kMaxChunk && p.chunk % 32 == 0;
         EXPECT_EQ(p.fused_rows, fusable ? p.chunk : 0);
         // Row order where the CTAs read lists in position order (split-K, one-token unions; at
@@ -264,15 +267,38 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 
 // At 32 heads a shared-rows CTA holds 2 tokens: once split-K needs a second wave (T x 2 head
 // groups > 264 CTAs: T > 132), whether or not its own CTAs fill theirs, unless the caller says the
-// tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds).
+// tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 (fp8
+// 32) with lists of >= 1024, whatever the hint, one token per CTA in one wave (no union pass).
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
-  const auto kernel = [](int T, IndexSharing sharing) { return plan_sparse_mla(T, 32, 2048, kH100, {}, sharing).kernel; };
-  for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive}) {
-    for (int T : {133, 140, 192, 256, 300, 512, 600, 1024, 4096}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::shared_rows) << T;
-    for (int T : {1, 64, 128, 132}) EXPECT_EQ(kernel(T, sharing), SparseMlaKernel::split_k) << T;
+  const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
+    return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
+  };
+  for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
+    for (int T : {133, 140, 192, 256, 300, 512, 600, 1024, 4096}) {
+      EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
+      if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
+    }
+    for (int T : {1, 8, 15}) EXPECT_EQ(plan(T, sharing).kernel, SparseMlaKernel::split_k) << T;
+    for (int T : {16, 33, 64, 128, 132}) {
+      const SparseMlaPlan p = plan(T, sharing);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_FALSE(p.union_pass) << T;
+      EXPECT_EQ(p.ctas, T * p.splits) << T;
+    }
+    EXPECT_EQ(plan(16, sharing).splits, 8);  // 16 one-token groups: 8 splits, as 64 heads T = 16
+    EXPECT_EQ(plan(64, sharing).splits, 2);
+    EXPECT_EQ(plan(64, sharing).fused_rows, 1024);  // split 0 alone for a list of <= one split's rows
+    EXPECT_EQ(plan(64, sharing, 1023).kernel, SparseMlaKernel::split_k);
+    EXPECT_EQ(plan(31, sharing, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
+    EXPECT_EQ(plan(32, sharing, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows);
   }
-  for (int T : {256, 1024, 4096}) EXPECT_EQ(kernel(T, IndexSharing::none), SparseMlaKernel::split_k) << T;
   EXPECT_EQ(plan_sparse_mla(1024, 32, 2048, kH100).ctas, 512);
+  // Forced shared rows keep the 2-token groups and their union pass.
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  const SparseMlaPlan f = plan_sparse_mla(64, 32, 2048, kH100, forced);
+  EXPECT_TRUE(f.union_pass);
+  EXPECT_EQ(f.ctas, 32);
 }
 
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
@@ -294,7 +320,8 @@ TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
     for (int T : {200, 300}) EXPECT_EQ(kernel(T, 32, topk), SparseMlaKernel::split_k) << T << " " << topk;
   }
   for (int T : {133, 200, 300}) EXPECT_EQ(kernel(T, 32, 1024), SparseMlaKernel::shared_rows) << T;
-  EXPECT_EQ(kernel(132, 32, 1024), SparseMlaKernel::split_k);
+  EXPECT_EQ(kernel(132, 32, 1024), SparseMlaKernel::shared_rows);  // one-token groups, one wave
+  EXPECT_EQ(kernel(132, 32, 1023), SparseMlaKernel::split_k);
 }
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once

@@ -409,6 +409,31 @@ TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
   }
 }
 
+// 32 heads in one-token groups (the planner's from T = 16, fp8 32, below the union's line): a
+// CTA's rows 32-63 idle (Q zero, nothing written), no union pass, splits merged by the combine,
+// split 0 alone for a short list. Padding anywhere, a row listed twice, mixed lengths, all
+// padding, uneven split runs (topk 1040), one wave exactly (T = 132).
+TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (auto [T, topk, pattern, fp8] :
+       {std::tuple{16, 2048, IndexPattern::padding_middle, false}, std::tuple{33, 2048, IndexPattern::duplicates, false},
+        std::tuple{64, 2048, IndexPattern::runs, false}, std::tuple{20, 2048, IndexPattern::all_padding, false},
+        std::tuple{24, 1040, IndexPattern::random, false}, std::tuple{132, 1024, IndexPattern::random, false},
+        std::tuple{32, 2048, IndexPattern::random, true}, std::tuple{40, 2048, IndexPattern::runs, true}}) {
+    HostProblem hp = make_problem(T, 32, topk, 64, 200, pattern, 880 + T);
+    if (fp8) hp.to_fp8(false);
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, PlanChoice{}, IndexSharing::unknown,
+                                               fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
+    if (dev.sm_count == 132) {  // H100, H200
+      EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_FALSE(plan.union_pass) << T;
+      EXPECT_EQ(plan.ctas, T * plan.splits) << T;
+    }
+    const Agreement a = run_and_compare(hp, &plan, /*out_pad=*/16, /*lse_pad=*/3);
+    EXPECT_TRUE(a.ok()) << "T " << T << " topk " << topk << (fp8 ? " fp8: " : " bf16: ") << a.summary();
+  }
+}
+
 // Shared rows with splits (the planner's for few groups): each group's union tiles dealt in equal
 // runs, bf16 partials, the split-K combine. Every head count (at 16 and 32 a row's token may list
 // none of a split's entries: lse -inf there), lists with padding anywhere, a row listed twice
