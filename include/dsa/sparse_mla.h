@@ -120,23 +120,26 @@ struct DeviceInfo {
 enum class SparseMlaKernel {
   split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel
   shared_rows,  // one CTA per 64 query rows on wgmma with M = 64: 4 consecutive tokens x 16 heads,
-                // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128). A row several
+                // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128; at 32 heads
+                // below the union's line one token's 32 heads and 32 idle rows). A row several
                 // of the CTA's tokens list is gathered and read once for all (prefill, where the
-                // tokens of a sequence share rows); at 64 and 128 heads every row is read once
-                // per 64 heads, not per 16. The planner picks it at 16 and 32 heads never for
-                // IndexSharing::none, and for unknown only with topk >= 512: at 16 heads from
-                // T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for consecutive) when
-                // its CTAs fill >= 90 % of whole waves; at 32 heads, for a bf16 cache with topk >=
-                // 1024 once split-K needs a second wave (T > the SM count), else from T >= 256 in
-                // whole waves; at 64 and 128 heads, whatever the hint, from 2^17
-                // (head block, index position) pairs (head blocks: T x H / 16), from 2^13 and 12
-                // head blocks for a bf16 cache with topk >= 256, from 3 x 2^14 for fp8_ds_mla
-                // with topk >= 1024, or more head blocks than two per SM (at topk 2048 on an
-                // H100: T >= 3 at 64 heads and T >= 2 at 128; fp8_ds_mla T >= 6 and 3),
-                // splitting each CTA's entries when there are fewer CTAs than SMs (on at most 3/4
-                // of them, or 8 splits). Limits: topk <=
-                // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements (bytes
-                // for fp8_ds_mla)
+                // tokens of a sequence share rows); with one token per CTA every row is read
+                // once per token, not once per 16 heads. The planner picks it:
+                //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512;
+                //    from T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for
+                //    consecutive) when its CTAs fill >= 90 % of whole waves;
+                //  - 32 heads, 2 tokens per CTA: as at 16 heads for the hint; a bf16 cache with
+                //    topk >= 1024 once split-K needs a second wave (T > the SM count), else from
+                //    T >= 256 in whole waves; one token per CTA, whatever the hint, with topk >=
+                //    1024 from T >= 16 (fp8_ds_mla 32) up to one wave (T <= the SM count);
+                //  - 64 and 128 heads, whatever the hint: from 2^17 (head block, index position)
+                //    pairs (head blocks: T x H / 16), from 2^13 and 12 head blocks for a bf16 cache
+                //    with topk >= 256, from 3 x 2^14 for fp8_ds_mla with topk >= 1024, or more
+                //    head blocks than two per SM (at topk 2048 on an H100: T >= 3 at 64 heads and
+                //    T >= 2 at 128; fp8_ds_mla T >= 6 and 3).
+                // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
+                // at most 3/4 of them, or 8 splits). Limits: topk <= 2048, num_pages * page_size
+                // < 2^28, cache row strides < 2^31 elements (bytes for fp8_ds_mla)
 };
 
 // The kernel configuration for one problem shape on one device.

@@ -46,6 +46,8 @@
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. At 64 and
 //      128 heads with one wave of CTAs there is no union or order pass: each CTA compacts its
 //      token's list itself and gathers its first two tiles while Q is still landing.
+//   At 32 heads below the union's line (one wave, the planner's) a CTA is one token's 32 heads in
+//      rows 0-31 of the 64-head layout: no union pass, as at 64 heads; rows 32-63 idle.
 //   4. fp8_ds_mla caches (kFp8 instances): each output warpgroup gathers its half of a row's 656
 //      bytes (256 e4m3 values into the upper half of its columns, 8 lanes to a 128-byte row as a
 //      bf16 gather; the 4 scales; its 32 kpe values, bf16, where a bf16 row keeps them) and,
@@ -196,6 +198,10 @@
 //               128 heads T = 6 28.0 -> 25.5; 64 heads T = 1024 813-815 -> 804-805; prefill T = 4096
 //               1581 -> 1574. With no Q at all (a what-if, run 432) those calls were 2.0-2.5 us
 //               faster; the list first alone gained 0.1-0.5.
+//   v21 a982af8 32 heads below the union's line as one token per CTA, laid out as 64 heads' (rows
+//               32-63 idle; shared_rows_group_heads), no union pass. Planner's plan against split-K
+//               (run 441, us): random T = 16 / 32 / 64 / 128 35.3 / 53.2 / 87.8 / 151.0 -> 31.3 /
+//               47.3 / 72.4 / 117.9, runs T = 128 138.2 -> 95.6, fp8 T = 64 71.8 -> 61.3.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
