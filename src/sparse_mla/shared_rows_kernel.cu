@@ -1433,6 +1433,12 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t head_stride, int64_t token_stride,
                        int num_heads, int num_tokens, bool& tokens_inner) {
   if (num_tokens == 1) token_stride = head_stride * num_heads;
+  // The driver's limit (strides < 2^40 bytes), checked here: a failed encode would be a failed
+  // driver call that compute-sanitizer reports.
+  constexpr int64_t kMaxStride = (int64_t{1} << 40) / 2;  // elements
+  if (head_stride >= kMaxStride || token_stride >= kMaxStride)
+    throw Error(std::string(name) + ": strides must be < 2^39 elements for the shared-rows kernel's TMA copies (head " +
+                std::to_string(head_stride) + ", token " + std::to_string(token_stride) + ")");
   tokens_inner = token_stride < head_stride;
   const cuuint32_t box_rows = static_cast<cuuint32_t>(std::min(num_heads, kRows));
   const cuuint64_t heads = static_cast<cuuint64_t>(num_heads), tokens = static_cast<cuuint64_t>(num_tokens);

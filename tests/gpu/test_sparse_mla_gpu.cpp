@@ -1367,6 +1367,28 @@ TEST_F(Gpu, HeadMajorQueryOnEveryKernel) {
       }
 }
 
+// A Q stride no TMA tensor map can hold (2^40 bytes or more: the shared-rows kernel copies Q by
+// TMA) is a dsa::Error naming the tensor, raised on the host before anything is launched (so the
+// stride never has to be backed by memory).
+TEST_F(Gpu, AQStrideNoTensorMapHoldsIsAnErrorNamingQ) {
+  const HostProblem hp = make_problem(3, 64, 2048, 64, 64, IndexPattern::random, 12);
+  DeviceProblem d(hp);
+  for (bool pe : {false, true}) {
+    SparseMlaProblem p = d.view();
+    (pe ? p.q_pe_token_stride : p.q_nope_token_stride) = int64_t{1} << 39;  // elements: 2^40 bytes
+    const SparseMlaPlan plan = plan_sparse_mla(p);
+    ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows);
+    DeviceBuffer<uint8_t> ws(std::max<size_t>(plan.workspace_bytes, 16));
+    try {
+      sparse_mla_forward(p, plan, ws.ptr, plan.workspace_bytes, nullptr);
+      ADD_FAILURE() << "no error for a token stride of 2^39 elements";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(pe ? "q_pe" : "q_nope"), std::string::npos) << e.what();
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
 // ---- indices with a token stride > topk: the gap holds valid-looking rows that must not be read --
 TEST_F(Gpu, StridedIndicesNeverReadPastTopk) {
   const HostProblem hp = make_problem(6, 16, 77, 64, 64, IndexPattern::padding_middle, 4321);
