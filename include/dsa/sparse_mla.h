@@ -131,15 +131,18 @@ enum class SparseMlaKernel {
                 //  - 32 heads, 2 tokens per CTA: as at 16 heads for the hint; a bf16 cache with
                 //    topk >= 1024 once split-K needs a second wave (T > the SM count), else from
                 //    T >= 256 in whole waves; one token per CTA, whatever the hint, with topk >=
-                //    1024 from T >= 16 (fp8_ds_mla 32) up to one wave (T <= the SM count);
+                //    1024 from T >= 16 (fp8_ds_mla 32) up to 1.7 waves (T <= 1.7 x the SM count);
                 //  - 64 and 128 heads, whatever the hint: from 2^17 (head block, index position)
                 //    pairs (head blocks: T x H / 16), from 2^13 and 12 head blocks for a bf16 cache
                 //    with topk >= 256, from 3 x 2^14 for fp8_ds_mla with topk >= 1024, or more
                 //    head blocks than two per SM (at topk 2048 on an H100: T >= 3 at 64 heads and
                 //    T >= 2 at 128; fp8_ds_mla T >= 6 and 3).
                 // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
-                // at most 3/4 of them, or 8 splits). Limits: topk <= 2048, num_pages * page_size
-                // < 2^28, cache row strides < 2^31 elements (bytes for fp8_ds_mla)
+                // at most 3/4 of them, or 8 splits). Past one wave, up to 1.7 waves of one-token
+                // groups (32 heads too, with lists of >= 1024), no union pass and up to 3 splits
+                // of >= 20 tiles, as many as leave a last wave at most 7/10 full. Limits: topk <=
+                // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements (bytes
+                // for fp8_ds_mla)
 };
 
 // The kernel configuration for one problem shape on one device.
@@ -162,8 +165,10 @@ struct SparseMlaPlan {
   // that is not a multiple of 32 positions; shared_rows: fewer than 64 heads).
   int fused_rows = 0;
   // shared_rows: whether a union pass builds each group's rows before the main kernel (then,
-  // with one split, an order pass ranks the groups). false at 64 and 128 heads when the CTAs fit
-  // one wave: each CTA compacts its token's index list itself, one kernel and round trip fewer.
+  // with one split, an order pass ranks the groups). false for one-token groups (64 and 128
+  // heads; the planner's at 32) when the CTAs fit one wave, and in the planner's plans up to 1.7
+  // waves of them: each CTA compacts its token's index list itself, one kernel and round trip
+  // fewer.
   bool union_pass = false;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,

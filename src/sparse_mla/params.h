@@ -203,6 +203,13 @@ inline constexpr int kSharedRowsLongList = 1024;
 // kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).
 inline constexpr int kSharedRowsManyGroups = 8;
 inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
+// One-token groups past one wave, up to kSharedRowsPastWaveMaxTenths / 10 waves of groups: no
+// union pass (each CTA compacts its list, as in one wave) and a group in s <= 3 splits of at least
+// kSharedRowsMinSplitTiles tiles, the largest s whose CTAs fill s waves and at most 7/10 of one
+// more (groups x s <= (s + 0.7) x SMs): the short last wave then costs less than the splits save.
+inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
+inline constexpr int kSharedRowsPastWaveMaxSplits = 3;
+inline constexpr int kSharedRowsMinSplitTiles = 20;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.
@@ -230,8 +237,9 @@ __host__ __device__ inline int shared_rows_tokens_per_group(int num_heads) {
 __host__ __device__ inline int shared_rows_group_heads(int num_heads, bool union_pass) {
   return num_heads == 32 && !union_pass ? 64 : num_heads;
 }
-// 32 heads as one token per group (shared_rows_group_heads): bf16 lists of >= kSharedRowsLongList
-// from this many tokens (fp8 from twice as many), below the union's line, in one wave.
+// 32 heads as one token per group (shared_rows_group_heads): lists of >= kSharedRowsLongList
+// from this many tokens (fp8 from twice as many), below the union's line in one wave, and past
+// one wave as 64 and 128 heads (kSharedRowsPastWaveMaxTenths).
 inline constexpr int kSharedRowsOneToken32HeadsMinTokens = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;

@@ -44,10 +44,11 @@
 //      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
 //      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. At 64 and
-//      128 heads with one wave of CTAs there is no union or order pass: each CTA compacts its
-//      token's list itself and gathers its first two tiles while Q is still landing.
-//   At 32 heads below the union's line (one wave, the planner's) a CTA is one token's 32 heads in
-//      rows 0-31 of the 64-head layout: no union pass, as at 64 heads; rows 32-63 idle.
+//      128 heads with one wave of CTAs (or the planner's up to 1.7 waves) there is no union or
+//      order pass: each CTA compacts its token's list itself and gathers its first two tiles
+//      while Q is still landing.
+//   At 32 heads below the union's line (up to 1.7 waves, the planner's) a CTA is one token's 32
+//      heads in rows 0-31 of the 64-head layout: no union pass, as at 64 heads; rows 32-63 idle.
 //   4. fp8_ds_mla caches (kFp8 instances): each output warpgroup gathers its half of a row's 656
 //      bytes (256 e4m3 values into the upper half of its columns, 8 lanes to a 128-byte row as a
 //      bf16 gather; the 4 scales; its 32 kpe values, bf16, where a bf16 row keeps them) and,
@@ -751,9 +752,10 @@ __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_ke
 
 // Q's two parts as TMA tensor maps (made per call by the launcher, a __grid_constant__ parameter):
 // 3-D, dims innermost, then heads and tokens in the order of their strides (tokens_inner: a
-// head-major Q); boxes of 64 dims x min(H, 64) heads of one token.
+// head-major Q); boxes of 64 dims x box_rows = min(H, 64) heads of one token.
 struct SharedRowsQMaps {
   CUtensorMap nope, pe;
+  int box_rows;          // heads per box, the maps' and the copy loop's one source
   bool tokens_inner[2];  // nope, pe
 };
 
@@ -864,7 +866,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   if (tid == 0) {
     cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared, &q_landed,
                                          static_cast<uint32_t>(kRows * kQkDim * 2));
-    const int box_rows = min(p.num_heads, kRows);
+    const int box_rows = q_maps.box_rows;
     for (int r0 = 0; r0 < kRows; r0 += box_rows) {
       const int t = token_of_row(r0), h = head_of_row(r0);
 #pragma unroll
@@ -1427,11 +1429,11 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // One part of Q (`dims` wide; element (t, h, d) at t * token_stride + h * head_stride + d) as a
-// tensor map whose boxes are 64 dims x min(H, 64) heads of one token, 128-byte swizzled. The
+// tensor map whose boxes are 64 dims x box_rows heads of one token, 128-byte swizzled. The
 // heads and tokens go in the order of their strides; a token stride no copy reads (T = 1) is
 // replaced by one past the heads.
 CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t head_stride, int64_t token_stride,
-                       int num_heads, int num_tokens, bool& tokens_inner) {
+                       int num_heads, int num_tokens, int box_rows, bool& tokens_inner) {
   if (num_tokens == 1) token_stride = head_stride * num_heads;
   // The driver's limit (strides < 2^40 bytes), checked here: a failed encode would be a failed
   // driver call that compute-sanitizer reports.
@@ -1440,12 +1442,12 @@ CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t he
     throw Error(std::string(name) + ": strides must be < 2^39 elements for the shared-rows kernel's TMA copies (head " +
                 std::to_string(head_stride) + ", token " + std::to_string(token_stride) + ")");
   tokens_inner = token_stride < head_stride;
-  const cuuint32_t box_rows = static_cast<cuuint32_t>(std::min(num_heads, kRows));
   const cuuint64_t heads = static_cast<cuuint64_t>(num_heads), tokens = static_cast<cuuint64_t>(num_tokens);
   const cuuint64_t head_bytes = static_cast<cuuint64_t>(head_stride) * 2, token_bytes = static_cast<cuuint64_t>(token_stride) * 2;
   const cuuint64_t dim[3] = {static_cast<cuuint64_t>(dims), tokens_inner ? tokens : heads, tokens_inner ? heads : tokens};
   const cuuint64_t stride[2] = {tokens_inner ? token_bytes : head_bytes, tokens_inner ? head_bytes : token_bytes};
-  const cuuint32_t box[3] = {64, tokens_inner ? 1u : box_rows, tokens_inner ? box_rows : 1u};
+  const cuuint32_t rows = static_cast<cuuint32_t>(box_rows);
+  const cuuint32_t box[3] = {64, tokens_inner ? 1u : rows, tokens_inner ? rows : 1u};
   const cuuint32_t element_stride[3] = {1, 1, 1};
   CUtensorMap map;
   const CUresult r = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint16_t*>(q), dim, stride, box,
@@ -1460,10 +1462,11 @@ CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t he
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   SharedRowsQMaps q_maps;
+  q_maps.box_rows = std::min(p.num_heads, kRows);  // a token's heads, or the CTA's 64 of them
   q_maps.nope = q_part_map("q_nope", p.q_nope, kCkvDim, p.q_nope_head_stride, p.q_nope_token_stride, p.num_heads, p.num_tokens,
-                           q_maps.tokens_inner[0]);
+                           q_maps.box_rows, q_maps.tokens_inner[0]);
   q_maps.pe = q_part_map("q_pe", p.q_pe, kKpeDim, p.q_pe_head_stride, p.q_pe_token_stride, p.num_heads, p.num_tokens,
-                         q_maps.tokens_inner[1]);
+                         q_maps.box_rows, q_maps.tokens_inner[1]);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false, false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<true, false>>(kSmemBytes);
   raise_smem_limit_once<sparse_mla_shared_rows_kernel<false, true>>(kSmemBytes);

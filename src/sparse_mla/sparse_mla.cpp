@@ -417,14 +417,30 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / groups, shared_rows_tiles, cap}));
     return ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
   };
+  // One-token groups past one wave, up to 1.7 waves of them (params.h): no union pass, and
+  // splits that leave a short last wave; 0 outside that range. The union pass and one split took
+  // (run 447-448, H100, random lists of 2048, µs) 64 heads T = 133 / 160 / 176 / 190 / 220 208.8 /
+  // 209.1 / 211.7 / 211.1 / 212.2 against 182.2 (3 splits) / 195.6 (3) / 201.3 (2) / 206.0 (1) /
+  // 209.7 (1); 128 heads T = 67 / 80 / 95 / 110 192.2 / 194.6 / 195.4 / 197.5 against 154.0 (3) /
+  // 164.9 (3) / 180.1 (1) / 182.5 (1); fp8 64 heads T = 133 / 176 216.6 / 220.3 against 172.7 /
+  // 188.5. At 264 groups (two full waves) the union pass and row order win (64 heads 223.1 vs
+  // 235.8). Lists of 1024 keep one split (64 heads T = 133: 113.3 against 119.3 with 2).
+  const auto past_wave_splits = [&](int64_t groups) -> int64_t {
+    if (groups <= dev.sm_count || groups * 10 > int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count) return 0;
+    int64_t s = std::clamp<int64_t>(shared_rows_tiles / detail::kSharedRowsMinSplitTiles, 1, detail::kSharedRowsPastWaveMaxSplits);
+    while (s > 1 && groups * s * 10 > (s * 10 + 7) * dev.sm_count) --s;
+    return s;
+  };
   bool one_token_32_heads = false;  // 32 heads in one-token groups (shared_rows_group_heads)
+  int64_t one_token_past_wave_splits = 0;  // > 0: one-token groups past one wave (past_wave_splits)
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
                                     : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16 &&
                                           shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
-    shared_rows_splits = one_token_splits(shared_rows_ctas);
+    one_token_past_wave_splits = past_wave_splits(shared_rows_ctas);
+    shared_rows_splits = one_token_past_wave_splits > 0 ? one_token_past_wave_splits : one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
   // kSharedRowsMinList positions or more.
@@ -434,12 +450,18 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                                            ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
                                            : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
     // Below that line, lists of >= 1024 in one wave of one-token groups, whatever the hint:
-    // each row read once per token (split-K: twice) at the price of 32 idle MMA rows.
-    one_token_32_heads = !shared_rows_pays && topk >= detail::kSharedRowsLongList && num_tokens <= dev.sm_count &&
-                         num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens * (fp8 ? 2 : 1);
+    // each row read once per token (split-K: twice) at the price of 32 idle MMA rows. Past it,
+    // up to 1.7 waves, one-token groups as at 64 heads: 2-token groups are T / 2 < SMs CTAs
+    // (random T = 133 / 160 / 190 / 220 193.4 / 195.2 / 198.7 / 203.5 µs against 168.5 (3
+    // splits) / 178.2 (3) / 200.7 (1) / 203.3 (1), runs of 1-2048 rows T = 150 184.4 against
+    // 101.6; fp8, split-K there, T = 133 / 160 205.3 / 206.2 against 161.0 / 168.7; run 448).
+    if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens * (fp8 ? 2 : 1)) {
+      one_token_past_wave_splits = past_wave_splits(num_tokens);
+      one_token_32_heads = one_token_past_wave_splits > 0 || (!shared_rows_pays && num_tokens <= dev.sm_count);
+    }
     if (one_token_32_heads) {
       shared_rows_pays = true;
-      shared_rows_splits = one_token_splits(num_tokens);
+      shared_rows_splits = one_token_past_wave_splits > 0 ? one_token_past_wave_splits : one_token_splits(num_tokens);
     }
   } else if (tokens_per_group == 4)  // 16 heads
     shared_rows_pays = hint_allows && shared_rows_fills_waves &&
@@ -470,9 +492,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
     check_fused_rows_choice(choice, fusable);
     plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-    // One token per group in one wave: each CTA compacts its token's list (no union pass, and no
-    // order pass, which only matters across waves).
-    plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 && plan.ctas <= dev.sm_count);
+    // One token per group in one wave, or the planner's past one wave: each CTA compacts its
+    // token's list (no union pass, and no order pass, which only matters across waves).
+    plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 &&
+                        (plan.ctas <= dev.sm_count || (planner_picks_shared_rows && one_token_past_wave_splits > 0)));
     // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
     // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
     // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).

@@ -31,7 +31,9 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         if (p.chunk < topk) EXPECT_EQ(p.chunk % p.block_keys, 0) << "whole tiles per split";
         // Split-K: a CTA per (token, 16 heads, split); shared rows: a CTA per 4 such head blocks
         // and split (at 32 heads without a union pass a CTA per token and split: one-token
-        // groups), split only with one token per group and fewer groups than SMs.
+        // groups), split only with one token per group: fewer groups than SMs in one wave, or
+        // past one wave (up to 1.7 waves of groups) at most 3 splits, filling s waves and at most
+        // 7/10 of one more.
         const bool shared_rows = p.kernel == SparseMlaKernel::shared_rows;
         const bool one_token = shared_rows && (H >= 64 || !p.union_pass);
         const int64_t head_blocks = int64_t(T) * (H / 16);
@@ -39,10 +41,13 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_EQ(int64_t(p.ctas), (shared_rows ? groups : head_blocks) * p.splits);
         if (shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
-          if (p.splits > 1) EXPECT_TRUE(one_token && groups * p.splits <= 132);
+          const bool past_wave = one_token && groups > 132 && groups * 10 <= 17 * 132;
+          if (p.splits > 1 && !past_wave) EXPECT_TRUE(one_token && groups * p.splits <= 132);
+          if (p.splits > 1 && past_wave) EXPECT_TRUE(p.splits <= 3 && groups * p.splits * 10 <= (p.splits * 10 + 7) * 132);
           if (p.chunk < topk) EXPECT_EQ(p.chunk % 32, 0) << "whole union tiles per split";
-          EXPECT_EQ(p.union_pass, !(one_token && p.ctas <= 132));  // one wave of one-token groups: CTAs compact their lists
-          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && T <= 132 && topk >= 1024);
+          // One wave of one-token groups, or up to 1.7 waves of them: CTAs compact their lists.
+          EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || past_wave)));
+          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && T <= 224 && topk >= 1024);
         }
         // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
@@ -208,16 +213,24 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
-  // 32 heads: T = 192 (split-K past one wave) and 300 (150 CTAs, 2 waves at 57 %) differ.
-  for (int T : {192, 300}) {
+  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) and 300
+  // (150 CTAs, 2 waves at 57 %) differ.
+  for (int T : {230, 300}) {
     EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::split_k) << T;
     EXPECT_EQ(bf16_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   }
   for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::split_k);
-  // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 200 (split-K past one wave), fp8 not.
-  EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
-  EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
+  // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 230 (split-K past one wave), fp8 not.
+  EXPECT_EQ(plan_sparse_mla(230, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
+  EXPECT_EQ(plan_sparse_mla(230, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
+  // ... and both one-token groups up to 1.7 waves (224 tokens).
+  for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla}) {
+    const SparseMlaPlan p = plan_sparse_mla(224, 32, 1024, kH100, {}, IndexSharing::unknown, kv);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows);
+    EXPECT_FALSE(p.union_pass);
+    EXPECT_EQ(p.ctas, 224);
+  }
   // 64 / 128 heads at topk 2048: 12-20 head blocks differ (bf16 from 2^13 pairs and 12 head
   // blocks), 24 (3 x 2^14) do not.
   for (auto [T, H] : {std::pair{3, 64}, std::pair{5, 64}, std::pair{2, 128}}) {
@@ -268,16 +281,31 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 // At 32 heads a shared-rows CTA holds 2 tokens: once split-K needs a second wave (T x 2 head
 // groups > 264 CTAs: T > 132), whether or not its own CTAs fill theirs, unless the caller says the
 // tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 (fp8
-// 32) with lists of >= 1024, whatever the hint, one token per CTA in one wave (no union pass).
+// 32) with lists of >= 1024, whatever the hint, one token per CTA in one wave (no union pass),
+// and past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsPastOneWave...).
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
   };
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
-    for (int T : {133, 140, 192, 256, 300, 512, 600, 1024, 4096}) {
+    for (int T : {225, 256, 300, 512, 600, 1024, 4096}) {
       EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
       if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
+    // Past one wave up to 1.7 (T = 133-224), one-token groups as at 64 heads, whatever the hint:
+    // 3 splits while they fill 3 waves and <= 7/10 of a fourth (T <= 162), 2 likewise (<= 178).
+    for (auto [T, splits] : {std::pair{133, 3}, std::pair{162, 3}, std::pair{163, 2}, std::pair{178, 2}, std::pair{179, 1}, std::pair{224, 1}}) {
+      const SparseMlaPlan p = plan(T, sharing);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_FALSE(p.union_pass) << T;
+      EXPECT_EQ(p.splits, splits) << T;
+      EXPECT_EQ(p.ctas, T * splits) << T;
+      EXPECT_EQ(p.fused_rows, splits > 1 ? p.chunk : 0) << T;
+      EXPECT_EQ(p.launches, splits > 1 ? 2 : 1) << T;
+    }
+    EXPECT_EQ(plan(133, sharing).chunk, 704);  // 64 tiles in 3 runs of 22
+    EXPECT_EQ(plan(133, sharing, 1024).splits, 1);  // splits of >= 20 tiles only
+    EXPECT_EQ(plan(133, sharing, 1023).kernel, SparseMlaKernel::split_k);  // shorter lists: from T = 256 in whole waves
     for (int T : {1, 8, 15}) EXPECT_EQ(plan(T, sharing).kernel, SparseMlaKernel::split_k) << T;
     for (int T : {16, 33, 64, 128, 132}) {
       const SparseMlaPlan p = plan(T, sharing);
@@ -395,9 +423,42 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   EXPECT_FALSE(t50.union_pass);
   EXPECT_EQ(t50.launches, 1);
   EXPECT_EQ(t50.workspace_bytes, 0u);
-  const SparseMlaPlan t100 = plan_sparse_mla(100, 128, 2048, kH100);  // 200 groups: two waves, ordered
-  EXPECT_TRUE(t100.union_pass);
-  EXPECT_EQ(t100.launches, 3);
+  const SparseMlaPlan t100 = plan_sparse_mla(100, 128, 2048, kH100);  // 200 groups: 1.5 waves, unordered
+  EXPECT_FALSE(t100.union_pass);
+  EXPECT_EQ(t100.splits, 1);
+  EXPECT_EQ(t100.launches, 1);
+  const SparseMlaPlan t113 = plan_sparse_mla(113, 128, 2048, kH100);  // 226 groups: past 1.7 waves, ordered
+  EXPECT_TRUE(t113.union_pass);
+  EXPECT_EQ(t113.launches, 3);
+  EXPECT_FALSE(plan_sparse_mla(112, 128, 2048, kH100).union_pass);  // 224 groups
+}
+
+// One-token groups past one wave (64 and 128 heads; 32 heads in SharedRowsFor32Heads...), up to
+// 1.7 waves of groups: no union pass, and the largest of <= 3 splits of >= 20 tiles whose CTAs
+// fill s waves and <= 7/10 of one more (docs/perf.md runs 447-448).
+TEST(Planner, OneTokenGroupsPastOneWaveSplitForAShortLastWave) {
+  for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (auto [T, H, topk, splits] : {std::tuple{133, 64, 2048, 3}, std::tuple{162, 64, 2048, 3}, std::tuple{163, 64, 2048, 2},
+                                      std::tuple{178, 64, 2048, 2}, std::tuple{179, 64, 2048, 1}, std::tuple{224, 64, 2048, 1},
+                                      std::tuple{67, 128, 2048, 3}, std::tuple{81, 128, 2048, 3}, std::tuple{82, 128, 2048, 2},
+                                      std::tuple{133, 64, 1536, 2}, std::tuple{133, 64, 1248, 1}, std::tuple{140, 64, 1024, 1}}) {
+      const SparseMlaPlan p = plan_sparse_mla(T, H, topk, kH100, {}, IndexSharing::unknown, kv);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T << " " << H << " " << topk;
+      EXPECT_FALSE(p.union_pass) << T << " " << H << " " << topk;
+      EXPECT_FALSE(p.row_order) << T << " " << H << " " << topk;
+      EXPECT_EQ(p.splits, splits) << T << " " << H << " " << topk;
+      EXPECT_EQ(p.ctas, T * (H / 64) * splits) << T << " " << H << " " << topk;
+      EXPECT_EQ(p.workspace_bytes, splits > 1 ? size_t(T) * H * splits * 1028 : 0) << T << " " << H << " " << topk;
+    }
+  // 225 groups: the union pass (and at 64 heads row order) again.
+  const SparseMlaPlan t225 = plan_sparse_mla(225, 64, 2048, kH100);
+  EXPECT_TRUE(t225.union_pass);
+  EXPECT_TRUE(t225.row_order);
+  EXPECT_EQ(t225.splits, 1);
+  // Forced shared rows past one wave keep the union pass.
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  EXPECT_TRUE(plan_sparse_mla(133, 64, 2048, kH100, forced).union_pass);
 }
 
 TEST(Planner, SharedRowsWhenForced) {
