@@ -139,10 +139,10 @@ enum class SparseMlaKernel {
                 //    T >= 2 at 128; fp8_ds_mla T >= 6 and 3).
                 // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
                 // at most 3/4 of them, or 8 splits). Past one wave, up to 1.7 waves of one-token
-                // groups (32 heads too, with lists of >= 1024), no union pass and up to 3 splits
-                // of >= 20 tiles, as many as leave a last wave at most 7/10 full. Limits: topk <=
-                // 2048, num_pages * page_size < 2^28, cache row strides < 2^31 elements (bytes
-                // for fp8_ds_mla)
+                // groups, no union pass and up to 3 splits of >= 20 tiles, as many as leave a last
+                // wave at most 7/10 full (at 64 and 128 heads only where that is 2 or 3; at 32
+                // heads, lists of >= 1024, also 1). Limits: topk <= 2048, num_pages * page_size <
+                // 2^28, cache row strides < 2^31 elements (bytes for fp8_ds_mla)
 };
 
 // The kernel configuration for one problem shape on one device.
@@ -166,9 +166,9 @@ struct SparseMlaPlan {
   int fused_rows = 0;
   // shared_rows: whether a union pass builds each group's rows before the main kernel (then,
   // with one split, an order pass ranks the groups). false for one-token groups (64 and 128
-  // heads; the planner's at 32) when the CTAs fit one wave, and in the planner's plans up to 1.7
-  // waves of them: each CTA compacts its token's index list itself, one kernel and round trip
-  // fewer.
+  // heads; the planner's at 32) when the CTAs fit one wave, and in the planner's split plans up
+  // to 1.7 waves of them (at 32 heads unsplit too): each CTA compacts its token's index list
+  // itself, one kernel and round trip fewer.
   bool union_pass = false;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,

@@ -207,6 +207,8 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // union pass (each CTA compacts its list, as in one wave) and a group in s <= 3 splits of at least
 // kSharedRowsMinSplitTiles tiles, the largest s whose CTAs fill s waves and at most 7/10 of one
 // more (groups x s <= (s + 0.7) x SMs): the short last wave then costs less than the splits save.
+// At 64 and 128 heads only with s >= 2 (one split keeps the union pass, whose order pass puts the
+// longest lists first); at 32 heads also with one split.
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 inline constexpr int kSharedRowsPastWaveMaxSplits = 3;
 inline constexpr int kSharedRowsMinSplitTiles = 20;

@@ -44,9 +44,9 @@
 //      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
 //      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. At 64 and
-//      128 heads with one wave of CTAs (or the planner's up to 1.7 waves) there is no union or
-//      order pass: each CTA compacts its token's list itself and gathers its first two tiles
-//      while Q is still landing.
+//      128 heads with one wave of CTAs (or the planner's split plans up to 1.7 waves) there is no
+//      union or order pass: each CTA compacts its token's list itself and gathers its first two
+//      tiles while Q is still landing.
 //   At 32 heads below the union's line (up to 1.7 waves, the planner's) a CTA is one token's 32
 //      heads in rows 0-31 of the 64-head layout: no union pass, as at 64 heads; rows 32-63 idle.
 //   4. fp8_ds_mla caches (kFp8 instances): each output warpgroup gathers its half of a row's 656

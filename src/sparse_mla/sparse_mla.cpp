@@ -419,12 +419,16 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   };
   // One-token groups past one wave, up to 1.7 waves of them (params.h): no union pass, and
   // splits that leave a short last wave; 0 outside that range. The union pass and one split took
-  // (run 447-448, H100, random lists of 2048, µs) 64 heads T = 133 / 160 / 176 / 190 / 220 208.8 /
-  // 209.1 / 211.7 / 211.1 / 212.2 against 182.2 (3 splits) / 195.6 (3) / 201.3 (2) / 206.0 (1) /
-  // 209.7 (1); 128 heads T = 67 / 80 / 95 / 110 192.2 / 194.6 / 195.4 / 197.5 against 154.0 (3) /
-  // 164.9 (3) / 180.1 (1) / 182.5 (1); fp8 64 heads T = 133 / 176 216.6 / 220.3 against 172.7 /
-  // 188.5. At 264 groups (two full waves) the union pass and row order win (64 heads 223.1 vs
-  // 235.8). Lists of 1024 keep one split (64 heads T = 133: 113.3 against 119.3 with 2).
+  // (runs 447-450, H100, random lists of 2048, µs) 64 heads T = 133 / 160 / 176 208.8 / 209.1 /
+  // 211.7 against 182.2 (3 splits) / 195.6 (3) / 201.3 (2); 128 heads T = 67 / 80 192.2 / 194.6
+  // against 154.0 (3) / 164.9 (3); fp8 64 heads T = 133 / 176 216.6 / 220.3 against 172.7 /
+  // 188.5; decode batches of 1-2048 rows, 64 heads T = 150 122.6 against 112.9 (3), 128 heads
+  // T = 80 106.5 against 103.7 (3). Where one split remains (64 and 128 heads) the union pass
+  // stays: its order pass puts the longest lists in the first wave (runs of 1-2048 rows 64 heads
+  // T = 179 / 224 127.9 / 134.5 against 133.6 / 156.4 without it, 128 heads T = 100 107.0 against
+  // 128.2), which full lists do not repay (64 heads T = 200 213.1 against 207.5). At 264 groups
+  // (two full waves) the union pass and row order win (64 heads 223.1 against 235.8). Lists of
+  // 1024 keep one split (64 heads T = 133: 113.3 against 119.3 with 2).
   const auto past_wave_splits = [&](int64_t groups) -> int64_t {
     if (groups <= dev.sm_count || groups * 10 > int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count) return 0;
     int64_t s = std::clamp<int64_t>(shared_rows_tiles / detail::kSharedRowsMinSplitTiles, 1, detail::kSharedRowsPastWaveMaxSplits);
@@ -439,7 +443,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                                     : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16 &&
                                           shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
-    one_token_past_wave_splits = past_wave_splits(shared_rows_ctas);
+    const int64_t past_wave = past_wave_splits(shared_rows_ctas);
+    one_token_past_wave_splits = past_wave >= 2 ? past_wave : 0;  // one split: the union pass's order (above)
     shared_rows_splits = one_token_past_wave_splits > 0 ? one_token_past_wave_splits : one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
@@ -451,10 +456,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                                            : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
     // Below that line, lists of >= 1024 in one wave of one-token groups, whatever the hint:
     // each row read once per token (split-K: twice) at the price of 32 idle MMA rows. Past it,
-    // up to 1.7 waves, one-token groups as at 64 heads: 2-token groups are T / 2 < SMs CTAs
-    // (random T = 133 / 160 / 190 / 220 193.4 / 195.2 / 198.7 / 203.5 µs against 168.5 (3
-    // splits) / 178.2 (3) / 200.7 (1) / 203.3 (1), runs of 1-2048 rows T = 150 184.4 against
-    // 101.6; fp8, split-K there, T = 133 / 160 205.3 / 206.2 against 161.0 / 168.7; run 448).
+    // up to 1.7 waves, one-token groups as at 64 heads, with one split too: 2-token groups are
+    // T / 2 < SMs CTAs (random T = 133 / 160 / 200 / 224 193.2 / 195.2 / 199.8 / 203.3 µs
+    // against 169.1 (3 splits) / 178.2 (3) / 202.1 (1) / 204.8 (1), runs of 1-2048 rows T = 150 /
+    // 200 / 224 185.6 / 192.0 / 196.3 against 101.7 / 133.3 / 149.5; fp8, split-K there, T =
+    // 133 / 200 205.4 / 239.1 against 161.8 / 193.2; runs 448-450).
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens * (fp8 ? 2 : 1)) {
       one_token_past_wave_splits = past_wave_splits(num_tokens);
       one_token_32_heads = one_token_past_wave_splits > 0 || (!shared_rows_pays && num_tokens <= dev.sm_count);

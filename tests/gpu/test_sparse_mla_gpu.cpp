@@ -364,22 +364,20 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
 
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
-// 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 past one
-// wave as they do (lists of 600: too short to split), T = 230 past 1.7 waves with the union and
-// order passes. Random rows with -1 in the middle, a row listed twice (weight 2), runs of 1-600
-// rows.
+// 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 two
+// waves with the union and order passes (lists of 600: too short to split). Random rows with -1
+// in the middle, a row listed twice (weight 2), runs of 1-600 rows.
 TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{64, 64, IndexPattern::padding_middle}, std::tuple{33, 128, IndexPattern::duplicates},
-                               std::tuple{70, 64, IndexPattern::runs}, std::tuple{140, 64, IndexPattern::runs},
-                               std::tuple{230, 64, IndexPattern::runs}}) {
+                               std::tuple{70, 64, IndexPattern::runs}, std::tuple{140, 64, IndexPattern::runs}}) {
     const HostProblem hp = make_problem(T, H, 600, 64, 200, pattern, 640 + T);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
       if (dev.sm_count == 132) {  // H100, H200
         EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
-        EXPECT_EQ(plan.splits, T >= 70 ? 1 : 2) << T << " " << H;
-        EXPECT_EQ(plan.union_pass, T == 230) << T << " " << H;
+        EXPECT_EQ(plan.splits, T == 70 || T == 140 ? 1 : 2) << T << " " << H;
+        EXPECT_EQ(plan.union_pass, T == 140) << T << " " << H;
       }
       if (plan.kernel == SparseMlaKernel::shared_rows) EXPECT_EQ(plan.ctas, T * H / 64 * plan.splits);
       const Agreement a = run_and_compare(hp, &plan);
@@ -437,16 +435,16 @@ TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
 }
 
 // One-token groups past one wave (the planner's up to 1.7 waves of them, at 32 / 64 / 128 heads):
-// no union pass, each CTA compacts its token's list; 3, 2 or 1 splits (a short last wave), fused
-// rows with splits. Both caches; -1 in the middle, runs, a row listed twice, all padding, one
-// valid row, lists of 1024 (one split).
+// no union pass, each CTA compacts its token's list; 3 or 2 splits (a short last wave), fused
+// rows, and at 32 heads one split. Both caches; -1 in the middle, runs, a row listed twice, all
+// padding, one valid row, lists of 1024 (one split).
 TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, topk, pattern, fp8, splits] :
        {std::tuple{133, 64, 2048, IndexPattern::padding_middle, false, 3}, std::tuple{170, 32, 2048, IndexPattern::runs, false, 2},
-        std::tuple{67, 128, 2048, IndexPattern::duplicates, false, 3}, std::tuple{200, 64, 1024, IndexPattern::random, true, 1},
-        std::tuple{140, 32, 2048, IndexPattern::all_padding, true, 3}, std::tuple{100, 128, 2048, IndexPattern::single_valid, false, 1},
-        std::tuple{150, 64, 2048, IndexPattern::runs, true, 3}}) {
+        std::tuple{67, 128, 2048, IndexPattern::duplicates, false, 3}, std::tuple{200, 32, 1024, IndexPattern::random, true, 1},
+        std::tuple{140, 32, 2048, IndexPattern::all_padding, true, 3}, std::tuple{190, 32, 2048, IndexPattern::single_valid, false, 1},
+        std::tuple{150, 64, 2048, IndexPattern::runs, true, 3}, std::tuple{85, 128, 1600, IndexPattern::random, false, 2}}) {
     HostProblem hp = make_problem(T, H, topk, 64, 200, pattern, 990 + T);
     if (fp8) hp.to_fp8(false);
     const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, PlanChoice{}, IndexSharing::unknown,
