@@ -203,6 +203,13 @@
 //               32-63 idle; shared_rows_group_heads), no union pass. Planner's plan against split-K
 //               (run 441, us): random T = 16 / 32 / 64 / 128 35.3 / 53.2 / 87.8 / 151.0 -> 31.3 /
 //               47.3 / 72.4 / 117.9, runs T = 128 138.2 -> 95.6, fp8 T = 64 71.8 -> 61.3.
+//   v22 ba654bb one-token groups past one wave (up to 1.7 waves; the planner's): no union pass and
+//               2-3 splits for a short last wave (at 32 heads also one split). Planner's plan
+//               against e2ec15a (runs 449-451, us): 32 heads T = 133 / 176 193.2 / 197.9 -> 169.1
+//               / 185.4, 64 heads T = 133 209.3 -> 182.2, 128 heads T = 67 / 89 193.7 / 197.0 ->
+//               155.5 / 170.9, fp8 64 heads T = 133 216.9 -> 172.7, runs at 32 heads T = 150 185.6
+//               -> 101.7. Unsplit at 64 / 128 heads without the order pass lost on mixed lengths
+//               (128 heads runs T = 100 107.0 -> 128.2): those keep the union pass.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
