@@ -968,11 +968,14 @@ int run_inspect(const Options& o, int tokens_shown) {
     if (plan.kernel == SparseMlaKernel::shared_rows) {
       // The passes before the main kernel: see SparseMlaPlan::union_pass.
       const char* passes = !plan.union_pass ? "" : plan.splits > 1 ? "a union pass, then " : "a union pass, an order pass, then ";
-      std::printf("planner (%s, index_sharing %s): shared-rows kernel, %s%d CTAs of %d tokens x "
-                  "%d heads%s, %d-entry union tiles, workspace %zu bytes%s\n",
-                  dev_name.c_str(), sharing_name(o, c).c_str(), passes, plan.ctas,
-                  detail::shared_rows_tokens_per_group(c.num_heads),
-                  detail::kSharedRowsBlocks * kHeadGroup / detail::shared_rows_tokens_per_group(c.num_heads),
+      // A group's layout (at 32 heads without a union pass: one token, 32 idle rows).
+      const int group_heads = detail::shared_rows_group_heads(c.num_heads, plan.union_pass);
+      const int tokens = detail::shared_rows_tokens_per_group(group_heads);
+      const int heads = std::min(c.num_heads, detail::kSharedRowsBlocks * kHeadGroup / tokens);
+      std::printf("planner (%s, index_sharing %s): shared-rows kernel, %s%d CTAs of %d token%s x "
+                  "%d heads%s%s, %d-entry union tiles, workspace %zu bytes%s\n",
+                  dev_name.c_str(), sharing_name(o, c).c_str(), passes, plan.ctas, tokens, tokens > 1 ? "s" : "", heads,
+                  group_heads != c.num_heads ? " (+ 32 idle rows)" : "",
                   plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
                   plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
       if (plan.row_order) std::printf("         row order: the union pass sorts each token's rows by the row's top bits\n");
@@ -1034,7 +1037,7 @@ static void add_timing_flags(CLI::App& app, dsa::bench::TimingOptions& o) {
 int main(int argc, char** argv) {
   dsa::bench::Options o;
   CLI::App app{"dsa-bench: verify and time the sparse MLA kernels against the memory floor"};
-  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge, wide-heads")
+  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge, wide-heads, waves")
       ->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
   add_timing_flags(app, o);
   app.add_option("--csv", o.csv_path, "write every figure as CSV");

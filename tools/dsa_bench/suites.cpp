@@ -24,7 +24,7 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -76,6 +76,17 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     for (int H : {32, 64, 128})
       for (int T : {1, 2, 3, 4, 6, 8, 16, 64})
         v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, H));
+  } else if (name == "waves") {
+    // Around one wave of one-token shared-rows groups at 32 / 64 / 128 heads (T = 132 tokens at
+    // 32 and 64 heads, 66 at 128 on an H100): where the planner's splits past one wave and the
+    // union pass's line at 1.7 waves lie (docs/perf.md runs 447-454). Full random lists and
+    // decode batches of mixed lengths (runs of 1-2048 rows), whose long lists a second wave holds.
+    for (int H : {32, 64})
+      for (int T : {132, 133, 150, 176, 200, 224, 264})
+        v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, H));
+    for (int T : {66, 67, 80, 100, 112, 132}) v.push_back(make("H128-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 128));
+    for (auto [H, T] : {std::pair{32, 150}, std::pair{32, 200}, std::pair{64, 150}, std::pair{64, 200}, std::pair{128, 80}, std::pair{128, 100}})
+      v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-runs", T, IndexPattern::runs, {}, H));
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
