@@ -767,7 +767,8 @@ struct SharedRowsQMaps {
 };
 
 // kTimed builds the diagnostic variant that fills p.timeline. Its clocks cost registers, so it
-// records only the waits that matter (more spilled, since the entry words). kFp8 reads an
+// records only the waits that matter; the bf16 one does not spill (since be00f6f: its setup and
+// loop then read as the untimed kernel's, run 455), the fp8 one spills 16 bytes. kFp8 reads an
 // fp8_ds_mla cache (4. in the header comment).
 template <bool kTimed, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(const SparseMlaParams p,
