@@ -131,7 +131,7 @@ enum class SparseMlaKernel {
                 //  - 32 heads, 2 tokens per CTA: as at 16 heads for the hint; a bf16 cache with
                 //    topk >= 1024 once split-K needs a second wave (T > the SM count), else from
                 //    T >= 256 in whole waves; one token per CTA, whatever the hint, with topk >=
-                //    1024 from T >= 16 (fp8_ds_mla 32) up to 1.7 waves (T <= 1.7 x the SM count);
+                //    1024 from T >= 16 up to 1.7 waves (T <= 1.7 x the SM count);
                 //  - 64 and 128 heads, whatever the hint: from 2^17 (head block, index position)
                 //    pairs (head blocks: T x H / 16), from 2^13 and 12 head blocks for a bf16 cache
                 //    with topk >= 256, from 3 x 2^14 for fp8_ds_mla with topk >= 1024, or more

@@ -240,7 +240,7 @@ __host__ __device__ inline int shared_rows_group_heads(int num_heads, bool union
   return num_heads == 32 && !union_pass ? 64 : num_heads;
 }
 // 32 heads as one token per group (shared_rows_group_heads): lists of >= kSharedRowsLongList
-// from this many tokens (fp8 from twice as many), below the union's line in one wave, and past
+// from this many tokens (both caches), below the union's line in one wave, and past
 // one wave as 64 and 128 heads (kSharedRowsPastWaveMaxTenths).
 inline constexpr int kSharedRowsOneToken32HeadsMinTokens = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {

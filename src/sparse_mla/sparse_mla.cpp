@@ -368,13 +368,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   //    vs 193.3; win from 300: 253.9 / 637.1 vs 222.1 / 486.2). Earlier (bf16): runs of 300 rows
   //    T = 1024 212 vs 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546.
   //    Below that line, lists of >= 1024 in one wave of one-token CTAs (the 64-head layout, rows
-  //    32-63 idle; shared_rows_group_heads) from T = 16 (fp8 32), whatever the hint: split-K vs
+  //    32-63 idle; shared_rows_group_heads) from T = 16, whatever the hint: split-K vs
   //    shared rows (run 441, us) random T = 16 / 24 / 32 / 48 / 64 / 96 / 128 / 132 35.3 / 45.1 /
   //    53.2 / 80.8 / 87.8 / 141.7 / 151.0 / 154.1 vs 31.3 / 39.4 / 47.3 / 60.9 / 72.4 / 96.8 /
   //    117.9 / 121.6, runs of 1-2048 rows T = 16 / 64 / 128 26.9 / 78.2 / 138.2 vs 25.7 / 54.7 /
-  //    95.6; fp8 T = 32 / 64 / 128 44.6 / 71.8 / 123.6 vs 38.9 / 61.3 / 100.7. Below T = 16 the
-  //    64-head kernel at the same T was no faster than split-K at 32 (T = 8 23.1 vs 22.3, run
-  //    440; fp8 T = 16 28.8 vs 27.7, run 437).
+  //    95.6; fp8 T = 16 / 20 / 24 / 31 / 64 / 128 27.4 / 32.9 / 37.1 / 43.4 / 71.8 / 123.6 vs 26.7
+  //    / 30.8 / 33.9 / 38.7 / 61.3 / 100.7 (runs 441, 456; fp8 runs of 1-2048 rows T = 16 / 24
+  //    24.6 / 33.9 vs 25.0 / 31.3). Below T = 16 the 64-head kernel at the same T was no faster
+  //    than split-K at 32 (T = 8 23.1 vs 22.3, run 440).
   //  - H = 16 (4 tokens per CTA) when its CTAs fill >= 90 % of whole waves (each CTA runs for its
   //    4 tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
   //    time) and T is large enough for the caller's IndexSharing. Measured (runs 54, 57, 98,
@@ -461,7 +462,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // against 169.1 (3 splits) / 178.2 (3) / 202.1 (1) / 204.8 (1), runs of 1-2048 rows T = 150 /
     // 200 / 224 185.6 / 192.0 / 196.3 against 101.7 / 133.3 / 149.5; fp8, split-K there, T =
     // 133 / 200 205.4 / 239.1 against 161.8 / 193.2; runs 448-450).
-    if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens * (fp8 ? 2 : 1)) {
+    if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
       one_token_past_wave_splits = past_wave_splits(num_tokens);
       one_token_32_heads = one_token_past_wave_splits > 0 || (!shared_rows_pays && num_tokens <= dev.sm_count);
     }

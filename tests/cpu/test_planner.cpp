@@ -318,8 +318,8 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
     EXPECT_EQ(plan(64, sharing).splits, 2);
     EXPECT_EQ(plan(64, sharing).fused_rows, 1024);  // split 0 alone for a list of <= one split's rows
     EXPECT_EQ(plan(64, sharing, 1023).kernel, SparseMlaKernel::split_k);
-    EXPECT_EQ(plan(31, sharing, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
-    EXPECT_EQ(plan(32, sharing, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows);
+    EXPECT_EQ(plan(15, sharing, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
+    EXPECT_EQ(plan(16, sharing, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows);  // as bf16 (run 456)
   }
   EXPECT_EQ(plan_sparse_mla(1024, 32, 2048, kH100).ctas, 512);
   // Forced shared rows keep the 2-token groups and their union pass.

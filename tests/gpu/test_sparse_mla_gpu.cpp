@@ -409,7 +409,7 @@ TEST_F(Gpu, WideHeadsSmallCallsSplitTheirListsAndAgree) {
   }
 }
 
-// 32 heads in one-token groups (the planner's from T = 16, fp8 32, below the union's line): a
+// 32 heads in one-token groups (the planner's from T = 16, below the union's line): a
 // CTA's rows 32-63 idle (Q zero, nothing written), no union pass, splits merged by the combine,
 // split 0 alone for a short list. Padding anywhere, a row listed twice, mixed lengths, all
 // padding, uneven split runs (topk 1040), one wave exactly (T = 132).
@@ -419,7 +419,8 @@ TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
        {std::tuple{16, 2048, IndexPattern::padding_middle, false}, std::tuple{33, 2048, IndexPattern::duplicates, false},
         std::tuple{64, 2048, IndexPattern::runs, false}, std::tuple{20, 2048, IndexPattern::all_padding, false},
         std::tuple{24, 1040, IndexPattern::random, false}, std::tuple{132, 1024, IndexPattern::random, false},
-        std::tuple{32, 2048, IndexPattern::random, true}, std::tuple{40, 2048, IndexPattern::runs, true}}) {
+        std::tuple{32, 2048, IndexPattern::random, true}, std::tuple{40, 2048, IndexPattern::runs, true},
+        std::tuple{16, 2048, IndexPattern::padding_middle, true}, std::tuple{21, 1100, IndexPattern::duplicates, true}}) {
     HostProblem hp = make_problem(T, 32, topk, 64, 200, pattern, 880 + T);
     if (fp8) hp.to_fp8(false);
     const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, PlanChoice{}, IndexSharing::unknown,
