@@ -281,8 +281,8 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 
 // At 32 heads a shared-rows CTA holds 2 tokens: once split-K needs a second wave (T x 2 head
 // groups > 264 CTAs: T > 132), whether or not its own CTAs fill theirs, unless the caller says the
-// tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 (fp8
-// 32) with lists of >= 1024, whatever the hint, one token per CTA in one wave (no union pass),
+// tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 with
+// lists of >= 1024 (both caches), whatever the hint, one token per CTA in one wave (no union pass),
 // and past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsPastOneWave...).
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
