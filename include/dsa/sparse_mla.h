@@ -170,6 +170,12 @@ struct SparseMlaPlan {
   // to 1.7 waves of them (at 32 heads unsplit too): each CTA compacts its token's index list
   // itself, one kernel and round trip fewer.
   bool union_pass = false;
+  // shared_rows with splits > 1 and no union pass: tokens [0, unsplit_tokens) are computed whole,
+  // a CTA per group (one wave), and only the later tokens are split (`splits` each) and merged.
+  // The planner's for one-token groups just past one wave (up to 1.5 waves): the few tokens past
+  // it split finely enough that their CTAs fit the SMs as the first wave's free them. 0: every
+  // token split.
+  int unsplit_tokens = 0;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,
   // shared_rows at 64 and 128 heads each token's list in the union pass (unions of several

@@ -42,6 +42,10 @@ struct SparseMlaParams {
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
   bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
+  // Shared rows with splits and no union pass (SparseMlaPlan::unsplit_tokens): tokens
+  // [0, unsplit_tokens) are computed whole by a CTA per group, which writes out and lse; the
+  // splits and their partials ([T - unsplit_tokens, H, splits]) are the later tokens'.
+  int unsplit_tokens;
   // Balanced split-K (SparseMlaPlan::balanced; balanced_slots 0: off): the main grid holds
   // balanced_slots split slots per head group. The schedule (make_sparse_mla_schedule; layout in
   // schedule_layout below) says which (token, split, splits) each slot computes and each token's
@@ -203,15 +207,16 @@ inline constexpr int kSharedRowsLongList = 1024;
 // kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).
 inline constexpr int kSharedRowsManyGroups = 8;
 inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
-// One-token groups past one wave, up to kSharedRowsPastWaveMaxTenths / 10 waves of groups: no
-// union pass (each CTA compacts its list, as in one wave) and a group in s <= 3 splits of at least
-// kSharedRowsMinSplitTiles tiles, the largest s whose CTAs fill s waves and at most 7/10 of one
-// more (groups x s <= (s + 0.7) x SMs): the short last wave then costs less than the splits save.
-// At 64 and 128 heads only with s >= 2 (one split keeps the union pass, whose order pass puts the
-// longest lists first); at 32 heads also with one split.
+// One-token groups just past one wave, up to half a wave more: one wave of groups runs unsplit
+// and only the tokens past it are split (SparseMlaPlan::unsplit_tokens), into as many splits as
+// their CTAs fit the SMs (the SMs the first wave frees take them at once), at most one per tile
+// and kSharedRowsMaxTailSplits (the combine's mask of live splits). No union pass: each CTA
+// compacts its token's list, as in one wave. Further on, up to kSharedRowsPastWaveMaxTenths / 10
+// waves of groups, 32 heads keep one-token groups with one split (their alternative, 2-token
+// groups, are T / 2 CTAs), while 64 and 128 heads take the union pass, whose order pass puts the
+// longest lists in the first wave.
+inline constexpr int kSharedRowsMaxTailSplits = 64;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
-inline constexpr int kSharedRowsPastWaveMaxSplits = 3;
-inline constexpr int kSharedRowsMinSplitTiles = 20;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.
@@ -239,9 +244,13 @@ __host__ __device__ inline int shared_rows_tokens_per_group(int num_heads) {
 __host__ __device__ inline int shared_rows_group_heads(int num_heads, bool union_pass) {
   return num_heads == 32 && !union_pass ? 64 : num_heads;
 }
+// One-token groups per token (no union pass): 2 at 128 heads, else 1.
+__host__ __device__ inline int shared_rows_groups_per_token(int group_heads) {
+  return group_heads > kSharedRowsBlocks * kHeadGroup ? group_heads / (kSharedRowsBlocks * kHeadGroup) : 1;
+}
 // 32 heads as one token per group (shared_rows_group_heads): lists of >= kSharedRowsLongList
 // from this many tokens (both caches), below the union's line in one wave, and past
-// one wave as 64 and 128 heads (kSharedRowsPastWaveMaxTenths).
+// one wave up to kSharedRowsPastWaveMaxTenths / 10 waves.
 inline constexpr int kSharedRowsOneToken32HeadsMinTokens = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;

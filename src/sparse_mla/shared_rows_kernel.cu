@@ -834,13 +834,22 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   //    order pass's list (largest unions first). With splits, or without a union pass (few
   //    groups, no order pass) CTA b computes split b % splits of group b / splits, known before
   //    the union pass ends, so Q's loads go out before the wait; the combine may launch now (it
-  //    waits for this grid).
-  const bool split_out = p.splits > 1;  // partials for the combine, not out and lse
+  //    waits for this grid). With unsplit tokens (no union pass) the first CTAs each take one of
+  //    their groups whole, and the splits' numbering starts after them.
+  const bool split_plan = p.splits > 1;
+  const int unsplit_groups = p.unsplit_tokens * shared_rows_groups_per_token(group_heads);
+  bool split_out = false;  // this CTA writes partials for the combine, not out and lse
   int group, split = 0;
-  if (split_out || !p.shared_rows_union_pass) {
-    if (split_out) ptx::launch_dependents();
-    group = static_cast<int>(blockIdx.x / p.splits);
-    split = static_cast<int>(blockIdx.x % p.splits);
+  if (split_plan || !p.shared_rows_union_pass) {
+    if (split_plan) ptx::launch_dependents();
+    if (static_cast<int>(blockIdx.x) < unsplit_groups) {
+      group = static_cast<int>(blockIdx.x);
+    } else {
+      const int b = static_cast<int>(blockIdx.x) - unsplit_groups;
+      group = unsplit_groups + b / p.splits;
+      split = b % p.splits;
+      split_out = split_plan;
+    }
   } else {
     ptx::wait_prerequisites();
     group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
@@ -901,7 +910,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   int4 header = make_int4(0, 0, 1, 0);  // entries, keys, words
   const uint8_t* record = nullptr;
   if (p.shared_rows_union_pass) {
-    if (split_out) ptx::wait_prerequisites();
+    if (split_plan) ptx::wait_prerequisites();
     record = p.shared_rows_union + group * shared_rows_union_stride(p.topk);
     header = *reinterpret_cast<const int4*>(record);
     num_entries = header.x;
@@ -1241,7 +1250,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         const int t = token_of_row(row0 + 8 * r), h = head_of_row(row0 + 8 * r);
         const float lse = any ? m_run[r] + log2f(l) : -INFINITY;  // -inf: the combine drops this split
         if (live && write_partials)
-          p.partial_lse[(int64_t{t} * p.num_heads + h) * p.splits + split] = lse;
+          p.partial_lse[(int64_t{t - p.unsplit_tokens} * p.num_heads + h) * p.splits + split] = lse;
         else if (live)
           p.lse[t * p.lse_token_stride + h] = lse;
       }
@@ -1391,7 +1400,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
           const int row = row0 + 8 * r;
           const bool live = row_live(row);  // every lane takes part in the stores' shuffles
           const float inv = r == 0 ? inv0 : inv1;
-          const int64_t dst = live ? ((int64_t{token_of_row(row)} * p.num_heads + head_of_row(row)) * p.splits + split) * kCkvDim +
+          const int64_t dst = live ? ((int64_t{token_of_row(row) - p.unsplit_tokens} * p.num_heads + head_of_row(row)) * p.splits + split) * kCkvDim +
                                          og * kDimsPerGroup : 0;
 #pragma unroll
           for (int n = 0; n < kOAcc / 4; n += 2)
@@ -1469,6 +1478,22 @@ CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t he
   return map;
 }
 
+// The split tokens of a plan with unsplit ones, for the combine: the tokens from
+// p.unsplit_tokens on (their partials start at the workspace's first already).
+static SparseMlaParams split_tokens_view(const SparseMlaParams& p) {
+  SparseMlaParams v = p;
+  const int64_t t0 = p.unsplit_tokens;
+  v.q_nope += t0 * p.q_nope_token_stride;
+  v.q_pe += t0 * p.q_pe_token_stride;
+  v.indices += t0 * p.indices_token_stride;
+  if (v.topk_lengths != nullptr) v.topk_lengths += t0;
+  v.out += t0 * p.out_token_stride;
+  v.lse += t0 * p.lse_token_stride;
+  v.num_tokens -= p.unsplit_tokens;
+  v.unsplit_tokens = 0;
+  return v;
+}
+
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   SharedRowsQMaps q_maps;
@@ -1486,7 +1511,8 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   const bool split_out = p.splits > 1;
   auto* kernel = p.kv_fp8 ? (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, true> : sparse_mla_shared_rows_kernel<false, true>)
                           : (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, false> : sparse_mla_shared_rows_kernel<false, false>);
-  const dim3 grid(static_cast<unsigned>(groups * p.splits));
+  const int64_t unsplit_groups = int64_t{p.unsplit_tokens} * shared_rows_groups_per_token(group_heads);
+  const dim3 grid(static_cast<unsigned>(unsplit_groups + (groups - unsplit_groups) * p.splits));
   // Each kernel after the first waits for the one before with griddepcontrol.wait. With splits
   // (groups taken in block order: nothing to order) the main kernel follows the union pass, and
   // the combine follows the main kernel. Without a union pass the main kernel reads only inputs.
@@ -1499,7 +1525,7 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, q_maps);
     DSA_CUDA_CHECK(cudaGetLastError());
   }
-  if (split_out) launch_sparse_mla_combine(p, stream);
+  if (split_out) launch_sparse_mla_combine(split_tokens_view(p), stream);
 }
 
 }  // namespace dsa::detail

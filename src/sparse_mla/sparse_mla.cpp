@@ -34,12 +34,13 @@ size_t workspace_for(int num_tokens, int num_heads, int splits) {
 }
 
 // The shared-rows kernel's: with a union pass each group's union, sizes and order (a 16-byte
-// multiple), then the partials of its splits.
+// multiple), then the partials of its splits (of the split tokens only: SparseMlaPlan::unsplit_tokens).
 size_t shared_rows_union_bytes(int num_tokens, int num_heads, int topk, bool union_pass) {
   return union_pass ? detail::shared_rows_workspace_bytes(detail::shared_rows_head_blocks(num_tokens, num_heads), topk) : 0;
 }
-size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int splits, bool union_pass) {
-  return shared_rows_union_bytes(num_tokens, num_heads, topk, union_pass) + workspace_for(num_tokens, num_heads, splits);
+size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int splits, bool union_pass, int unsplit_tokens) {
+  return shared_rows_union_bytes(num_tokens, num_heads, topk, union_pass) +
+         workspace_for(num_tokens - unsplit_tokens, num_heads, splits);
 }
 
 // Balanced split-K's workspace: bf16 partial outputs [slots, H, 512] and fp32 lse [slots, H], by split slot.
@@ -70,7 +71,8 @@ void set_balanced(detail::SparseMlaParams& p, const SparseMlaPlan& plan, void* w
 void set_partials(detail::SparseMlaParams& p, void* workspace, size_t offset) {
   if (p.splits <= 1) return;
   p.partial_out = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(workspace) + offset);
-  p.partial_lse = reinterpret_cast<float*>(p.partial_out + static_cast<size_t>(p.num_tokens) * p.num_heads * p.splits * kCkvDim);
+  const size_t split_tokens = static_cast<size_t>(p.num_tokens - p.unsplit_tokens);
+  p.partial_lse = reinterpret_cast<float*>(p.partial_out + split_tokens * p.num_heads * p.splits * kCkvDim);
 }
 
 struct ResolvedStrides {
@@ -239,6 +241,14 @@ static void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
 static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
   if (plan.fused_rows < 0 || plan.fused_rows > SparseMlaPlan::kMaxChunk || (plan.fused_rows > 0 && !fusable))
     fail("plan", "inconsistent fused_rows");
+}
+
+// A plan's unsplit_tokens, checked by the forward: 0, or fewer than its tokens in a shared_rows
+// plan with splits and no union pass.
+static void check_plan_unsplit_tokens(const SparseMlaPlan& plan) {
+  if (plan.unsplit_tokens != 0 && (plan.unsplit_tokens < 0 || plan.unsplit_tokens >= plan.num_tokens ||
+                                   plan.kernel != SparseMlaKernel::shared_rows || plan.splits < 2 || plan.union_pass))
+    fail("plan", "inconsistent unsplit_tokens");
 }
 
 // A balanced choice: -1, 0 or 1.
@@ -418,35 +428,42 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / groups, shared_rows_tiles, cap}));
     return ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
   };
-  // One-token groups past one wave, up to 1.7 waves of them (params.h): no union pass, and
-  // splits that leave a short last wave; 0 outside that range. The union pass and one split took
-  // (runs 447-450, H100, random lists of 2048, µs) 64 heads T = 133 / 160 / 176 208.8 / 209.1 /
-  // 211.7 against 182.2 (3 splits) / 195.6 (3) / 201.3 (2); 128 heads T = 67 / 80 192.2 / 194.6
-  // against 154.0 (3) / 164.9 (3); fp8 64 heads T = 133 / 176 216.6 / 220.3 against 172.7 /
-  // 188.5; decode batches of 1-2048 rows, 64 heads T = 150 122.6 against 112.9 (3), 128 heads
-  // T = 80 106.5 against 103.7 (3). Where one split remains (64 and 128 heads) the union pass
-  // stays: its order pass puts the longest lists in the first wave (runs of 1-2048 rows 64 heads
-  // T = 179 / 224 127.9 / 134.5 against 133.6 / 156.4 without it, 128 heads T = 100 107.0 against
-  // 128.2), which full lists do not repay (64 heads T = 200 213.1 against 207.5). At 264 groups
-  // (two full waves) the union pass and row order win (64 heads 223.1 against 235.8). Lists of
-  // 1024 keep one split (64 heads T = 133: 113.3 against 119.3 with 2).
-  const auto past_wave_splits = [&](int64_t groups) -> int64_t {
-    if (groups <= dev.sm_count || groups * 10 > int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count) return 0;
-    int64_t s = std::clamp<int64_t>(shared_rows_tiles / detail::kSharedRowsMinSplitTiles, 1, detail::kSharedRowsPastWaveMaxSplits);
-    while (s > 1 && groups * s * 10 > (s * 10 + 7) * dev.sm_count) --s;
-    return s;
+  // One-token groups just past one wave (params.h: up to half a wave more): one wave of groups
+  // unsplit, the tokens past it in the returned splits; 0 elsewhere (fewer than 2 splits). It
+  // took over from 2-3 equal splits of every group (and at 64 and 128 heads past 1.35 waves the
+  // union pass), runs 458-459 on the H100, random lists of 2048, µs: 32 heads T = 133 / 150 / 176
+  // / 198 168.7 / 176.6 / 185.3 / 200.8 -> 128.7 / 145.0 / 167.1 / 184.7; 64 heads T = 133 / 160 /
+  // 190 181.9 / 196.2 / 209.8 -> 131.6 / 158.1 / 185.8; 128 heads T = 67 / 80 / 99 154.7 / 164.1 /
+  // 196.4 -> 107.4 / 125.9 / 151.5; fp8 by as much; runs of 1-2048 rows at 64 / 128 heads
+  // T = 150 / 80 113.2 / 104.0 -> 107.9 / 95.0 (32 heads T = 150 102.2 / 102.8). At most 8 splits
+  // lost 3-5 µs on the smallest tails (32 heads T = 133 133.9, 128 heads T = 67 112.5). Past half
+  // a wave the split CTAs would need several rounds, whose setups lose on full lists (32 heads
+  // T = 200 202.0 against 212.6 / 214.7 / 245.4 with 4 / 8 / 16 splits, 128 heads T = 112 198.1
+  // against 190.7 / 221.6; only mixed lengths gain: 32 heads runs T = 200 132.3 against 113.2).
+  const auto tail_splits = [&](int64_t groups, int groups_per_token) -> int64_t {
+    const int64_t unsplit_groups = dev.sm_count / groups_per_token * groups_per_token;
+    if (groups <= unsplit_groups) return 0;
+    const int64_t s = std::min<int64_t>({dev.sm_count / (groups - unsplit_groups), shared_rows_tiles, detail::kSharedRowsMaxTailSplits});
+    return s >= 2 ? ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, s)) : 0;  // no split left empty by a full list
   };
-  bool one_token_32_heads = false;  // 32 heads in one-token groups (shared_rows_group_heads)
-  int64_t one_token_past_wave_splits = 0;  // > 0: one-token groups past one wave (past_wave_splits)
+  bool one_token_32_heads = false;    // 32 heads in one-token groups (shared_rows_group_heads)
+  bool one_token_past_wave = false;   // one-token groups past one wave, no union pass
+  int64_t tail = 0, unsplit_tokens = 0;  // tail_splits' plan: its splits and unsplit tokens
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
                                     : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16 &&
                                           shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16;
     shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
-    const int64_t past_wave = past_wave_splits(shared_rows_ctas);
-    one_token_past_wave_splits = past_wave >= 2 ? past_wave : 0;  // one split: the union pass's order (above)
-    shared_rows_splits = one_token_past_wave_splits > 0 ? one_token_past_wave_splits : one_token_splits(shared_rows_ctas);
+    // Further past one wave one split, with the union pass: its order pass puts the longest lists
+    // in the first wave (runs of 1-2048 rows 64 heads T = 179 / 224 127.9 / 134.5 against 133.6 /
+    // 156.4 without it, 128 heads T = 100 107.0 against 128.2; full lists do not repay it: 64
+    // heads T = 200 213.1 against 207.5; runs 449-450).
+    const int groups_per_token = detail::shared_rows_groups_per_token(num_heads);
+    tail = tail_splits(shared_rows_ctas, groups_per_token);
+    one_token_past_wave = tail > 0;
+    if (tail > 0) unsplit_tokens = dev.sm_count / groups_per_token;
+    shared_rows_splits = tail > 0 ? tail : one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
   // kSharedRowsMinList positions or more.
@@ -457,18 +474,19 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                                            : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
     // Below that line, lists of >= 1024 in one wave of one-token groups, whatever the hint:
     // each row read once per token (split-K: twice) at the price of 32 idle MMA rows. Past it,
-    // up to 1.7 waves, one-token groups as at 64 heads, with one split too: 2-token groups are
-    // T / 2 < SMs CTAs (random T = 133 / 160 / 200 / 224 193.2 / 195.2 / 199.8 / 203.3 µs
-    // against 169.1 (3 splits) / 178.2 (3) / 202.1 (1) / 204.8 (1), runs of 1-2048 rows T = 150 /
-    // 200 / 224 185.6 / 192.0 / 196.3 against 101.7 / 133.3 / 149.5; fp8, split-K there, T =
-    // 133 / 200 205.4 / 239.1 against 161.8 / 193.2; runs 448-450).
+    // up to 1.7 waves, one-token groups as at 64 heads (tail_splits), and past half a wave with
+    // one split: 2-token groups are T / 2 < SMs CTAs (random T = 200 / 224 199.8 / 203.3 µs
+    // against 202.1 / 204.8, runs of 1-2048 rows T = 200 / 224 192.0 / 196.3 against 133.3 /
+    // 149.5; fp8, split-K there, T = 200 239.1 against 193.2; runs 448-450).
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
-      one_token_past_wave_splits = past_wave_splits(num_tokens);
-      one_token_32_heads = one_token_past_wave_splits > 0 || (!shared_rows_pays && num_tokens <= dev.sm_count);
+      tail = tail_splits(num_tokens, 1);
+      one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
+      if (tail > 0) unsplit_tokens = dev.sm_count;
+      one_token_32_heads = one_token_past_wave || (!shared_rows_pays && num_tokens <= dev.sm_count);
     }
     if (one_token_32_heads) {
       shared_rows_pays = true;
-      shared_rows_splits = one_token_past_wave_splits > 0 ? one_token_past_wave_splits : one_token_splits(num_tokens);
+      shared_rows_splits = tail > 0 ? tail : one_token_splits(num_tokens);
     }
   } else if (tokens_per_group == 4)  // 16 heads
     shared_rows_pays = hint_allows && shared_rows_fills_waves &&
@@ -493,7 +511,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
         topk, detail::shared_rows_split_tiles(shared_rows_tiles, plan.splits) * int64_t{detail::kSharedRowsTileEntries}));
     const bool one_token = planner_picks_shared_rows && one_token_32_heads;  // 32 heads: forced plans unite 2 tokens
     const int group_heads = detail::shared_rows_group_heads(num_heads, !one_token);
-    plan.ctas = launch_ctas(detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads)) * plan.splits);
+    plan.unsplit_tokens = planner_picks_shared_rows ? static_cast<int>(unsplit_tokens) : 0;
+    const int64_t groups = detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads));
+    const int64_t unsplit_groups = int64_t{plan.unsplit_tokens} * detail::shared_rows_groups_per_token(group_heads);
+    plan.ctas = launch_ctas(unsplit_groups + (groups - unsplit_groups) * plan.splits);
     // Fused rows with splits and one token per group: a list of at most one split's entries is
     // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
     const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
@@ -502,14 +523,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // One token per group in one wave, or the planner's past one wave: each CTA compacts its
     // token's list (no union pass, and no order pass, which only matters across waves).
     plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 &&
-                        (plan.ctas <= dev.sm_count || (planner_picks_shared_rows && one_token_past_wave_splits > 0)));
+                        (plan.ctas <= dev.sm_count || (planner_picks_shared_rows && one_token_past_wave)));
     // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
     // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
     // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
     plan.row_order = resolve_row_order(choice, detail::shared_rows_row_order_fit(plan.union_pass, num_heads), num_heads == 64,
                                        num_tokens, topk, sharing);
     plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0);
-    plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass);
+    plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass, plan.unsplit_tokens);
     return plan;
   }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
@@ -624,6 +645,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline) {
   validate(problem);
   check_plan_shape(problem, plan);
+  check_plan_unsplit_tokens(plan);
   if (!plan.balanced && problem.schedule != nullptr)
     fail("schedule", "is set, but the plan is not balanced (SparseMlaPlan::balanced)");
   if (plan.kernel == SparseMlaKernel::shared_rows) {
@@ -639,12 +661,14 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
       fail("plan", "shared_rows without a union pass needs 32, 64 or 128 heads");
     if (problem.num_tokens == 0) return;
     const int T = problem.num_tokens, H = problem.num_heads;
-    require_workspace(workspace, workspace_bytes, shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass));
+    require_workspace(workspace, workspace_bytes,
+                      shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass, plan.unsplit_tokens));
     detail::SparseMlaParams k = make_params(problem);
     k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
     k.shared_rows_union_pass = plan.union_pass;
     k.splits_over_entries = true;
     k.splits = plan.splits;
+    k.unsplit_tokens = plan.unsplit_tokens;
     check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, group_heads));
     k.fused_rows = plan.fused_rows;
     if (plan.row_order && !detail::shared_rows_row_order_fit(plan.union_pass, plan.num_heads))

@@ -32,29 +32,37 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         // Split-K: a CTA per (token, 16 heads, split); shared rows: a CTA per 4 such head blocks
         // and split (at 32 heads without a union pass a CTA per token and split: one-token
         // groups), split only with one token per group: fewer groups than SMs in one wave, or
-        // past one wave (up to 1.7 waves of groups) at most 3 splits, filling s waves and at most
-        // 7/10 of one more.
+        // just past one wave (at most half a wave more) one wave of groups unsplit and the
+        // tokens past it split, as many CTAs as fit the SMs (at most a tile each, 64).
         const bool shared_rows = p.kernel == SparseMlaKernel::shared_rows;
         const bool one_token = shared_rows && (H >= 64 || !p.union_pass);
         const int64_t head_blocks = int64_t(T) * (H / 16);
-        const int64_t groups = one_token ? int64_t(T) * std::max(H / 64, 1) : (head_blocks + 3) / 4;
-        EXPECT_EQ(int64_t(p.ctas), (shared_rows ? groups : head_blocks) * p.splits);
+        const int groups_per_token = std::max(H / 64, 1);
+        const int64_t groups = one_token ? int64_t(T) * groups_per_token : (head_blocks + 3) / 4;
+        const int64_t unsplit_groups = int64_t(p.unsplit_tokens) * groups_per_token;
+        EXPECT_EQ(int64_t(p.ctas), shared_rows ? unsplit_groups + (groups - unsplit_groups) * p.splits : head_blocks * p.splits);
+        const int tiles = (topk + 31) / 32;
+        const bool just_past_wave = one_token && groups > 132 && (groups - 132) * 2 <= 132 && tiles >= 2;
+        EXPECT_EQ(p.unsplit_tokens, just_past_wave ? 132 / groups_per_token : 0);
+        if (just_past_wave) {  // as many as fit, none left empty by a full list
+          const int64_t fit = std::min<int64_t>({132 / (groups - 132), tiles, 64});
+          EXPECT_EQ(p.splits, (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit));
+        }
         if (shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
-          const bool past_wave = one_token && groups > 132 && groups * 10 <= 17 * 132 && (p.splits > 1 || H == 32);
-          if (p.splits > 1 && !past_wave) EXPECT_TRUE(one_token && groups * p.splits <= 132);
-          if (p.splits > 1 && past_wave) EXPECT_TRUE(p.splits <= 3 && groups * p.splits * 10 <= (p.splits * 10 + 7) * 132);
+          if (p.splits > 1 && !just_past_wave) EXPECT_TRUE(one_token && groups * p.splits <= 132);
           if (p.chunk < topk) EXPECT_EQ(p.chunk % 32, 0) << "whole union tiles per split";
-          // One wave of one-token groups, or up to 1.7 waves of them split (at 32 heads also
-          // unsplit): CTAs compact their lists.
-          EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || past_wave)));
+          // One wave of one-token groups, just past it, or at 32 heads up to 1.7 waves of them
+          // unsplit: CTAs compact their lists.
+          const bool past_wave_32 = H == 32 && one_token && groups > 132 && groups * 10 <= 17 * 132;
+          EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || just_past_wave || past_wave_32)));
           if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && T <= 224 && topk >= 1024);
         }
         // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
         // sizes, the order), each array rounded up to 16 bytes; then the partials of its splits.
         const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
-        const size_t partials = p.splits > 1 ? size_t(T) * H * p.splits * (512 * 2 + 4) : 0;
+        const size_t partials = p.splits > 1 ? size_t(T - p.unsplit_tokens) * H * p.splits * (512 * 2 + 4) : 0;
         const size_t unions = shared_rows && p.union_pass ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16) : 0;
         EXPECT_EQ(p.workspace_bytes, unions + partials);
         const int launches = shared_rows ? (p.union_pass ? 1 : 0) + (p.union_pass && p.splits == 1 ? 1 : 0) + 1 + (p.splits > 1 ? 1 : 0)
@@ -283,7 +291,7 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 // groups > 264 CTAs: T > 132), whether or not its own CTAs fill theirs, unless the caller says the
 // tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 with
 // lists of >= 1024 (both caches), whatever the hint, one token per CTA in one wave (no union pass),
-// and past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsPastOneWave...).
+// and past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsJustPastOneWave...).
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
@@ -294,18 +302,22 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
       if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
     // Past one wave up to 1.7 (T = 133-224), one-token groups as at 64 heads, whatever the hint:
-    // 3 splits while they fill 3 waves and <= 7/10 of a fourth (T <= 162), 2 likewise (<= 178).
-    for (auto [T, splits] : {std::pair{133, 3}, std::pair{162, 3}, std::pair{163, 2}, std::pair{178, 2}, std::pair{179, 1}, std::pair{224, 1}}) {
+    // up to T = 198 132 tokens unsplit and the rest split, as many CTAs as fit the SMs (T = 133:
+    // 64 splits of a tile), then one split.
+    for (auto [T, splits] : {std::pair{133, 64}, std::pair{140, 16}, std::pair{162, 4}, std::pair{176, 3}, std::pair{198, 2},
+                             std::pair{199, 1}, std::pair{224, 1}}) {
       const SparseMlaPlan p = plan(T, sharing);
+      const int unsplit = splits > 1 ? 132 : 0;
       EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
       EXPECT_FALSE(p.union_pass) << T;
       EXPECT_EQ(p.splits, splits) << T;
-      EXPECT_EQ(p.ctas, T * splits) << T;
+      EXPECT_EQ(p.unsplit_tokens, unsplit) << T;
+      EXPECT_EQ(p.ctas, unsplit + (T - unsplit) * splits) << T;
       EXPECT_EQ(p.fused_rows, splits > 1 ? p.chunk : 0) << T;
       EXPECT_EQ(p.launches, splits > 1 ? 2 : 1) << T;
     }
-    EXPECT_EQ(plan(133, sharing).chunk, 704);  // 64 tiles in 3 runs of 22
-    EXPECT_EQ(plan(133, sharing, 1024).splits, 1);  // splits of >= 20 tiles only
+    EXPECT_EQ(plan(133, sharing).chunk, 32);  // 64 tiles in 64 splits
+    EXPECT_EQ(plan(133, sharing, 1024).splits, 32);  // at most a tile each
     EXPECT_EQ(plan(133, sharing, 1023).kernel, SparseMlaKernel::split_k);  // shorter lists: from T = 256 in whole waves
     for (int T : {1, 8, 15}) EXPECT_EQ(plan(T, sharing).kernel, SparseMlaKernel::split_k) << T;
     for (int T : {16, 33, 64, 128, 132}) {
@@ -433,33 +445,44 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   EXPECT_EQ(t89.launches, 2);
 }
 
-// One-token groups past one wave (64 and 128 heads; 32 heads in SharedRowsFor32Heads...), up to
-// 1.7 waves of groups: no union pass, and the largest of <= 3 splits of >= 20 tiles whose CTAs
-// fill s waves and <= 7/10 of one more, where that is 2 or 3; one split keeps the union pass and
-// its order (docs/perf.md runs 447-450).
-TEST(Planner, OneTokenGroupsPastOneWaveSplitForAShortLastWave) {
+// One-token groups just past one wave (at most half a wave more of them): one wave of groups
+// unsplit, the tokens past it split into as many CTAs as fit the SMs (at most a tile each, and
+// 64), no union pass; the partials are the split tokens' only. Further on one split and the
+// union pass (row order at 64 heads).
+TEST(Planner, OneTokenGroupsJustPastOneWaveSplitOnlyTheTokensPastIt) {
   for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
-    for (auto [T, H, topk, splits] : {std::tuple{133, 64, 2048, 3}, std::tuple{162, 64, 2048, 3}, std::tuple{163, 64, 2048, 2},
-                                      std::tuple{178, 64, 2048, 2}, std::tuple{179, 64, 2048, 1}, std::tuple{224, 64, 2048, 1},
-                                      std::tuple{67, 128, 2048, 3}, std::tuple{81, 128, 2048, 3}, std::tuple{82, 128, 2048, 2},
-                                      std::tuple{133, 64, 1536, 2}, std::tuple{133, 64, 1248, 1}, std::tuple{140, 64, 1024, 1}}) {
+    for (auto [T, H, topk, splits] : {std::tuple{133, 64, 2048, 64}, std::tuple{150, 64, 2048, 7}, std::tuple{176, 64, 2048, 3},
+                                      std::tuple{198, 64, 2048, 2}, std::tuple{199, 64, 2048, 1}, std::tuple{224, 64, 2048, 1},
+                                      std::tuple{67, 128, 2048, 64}, std::tuple{80, 128, 2048, 4}, std::tuple{99, 128, 2048, 2},
+                                      std::tuple{100, 128, 2048, 1}, std::tuple{133, 64, 1536, 48}, std::tuple{140, 64, 1024, 16},
+                                      std::tuple{133, 64, 1100, 35}, std::tuple{135, 64, 2048, 32}}) {  // 135: 44 fit, 32 of 2 tiles
+      const std::string what = std::to_string(T) + " " + std::to_string(H) + " " + std::to_string(topk);
       const SparseMlaPlan p = plan_sparse_mla(T, H, topk, kH100, {}, IndexSharing::unknown, kv);
-      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T << " " << H << " " << topk;
-      EXPECT_EQ(p.union_pass, splits == 1) << T << " " << H << " " << topk;
-      EXPECT_EQ(p.row_order, splits == 1 && H == 64) << T << " " << H << " " << topk;  // sorted in the union pass
-      EXPECT_EQ(p.splits, splits) << T << " " << H << " " << topk;
-      EXPECT_EQ(p.ctas, T * (H / 64) * splits) << T << " " << H << " " << topk;
-      if (splits > 1) EXPECT_EQ(p.workspace_bytes, size_t(T) * H * splits * 1028) << T << " " << H << " " << topk;
+      const int groups_per_token = H / 64, unsplit = splits > 1 ? 132 / groups_per_token : 0;
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << what;
+      EXPECT_EQ(p.union_pass, splits == 1) << what;
+      EXPECT_EQ(p.row_order, splits == 1 && H == 64) << what;  // sorted in the union pass
+      EXPECT_EQ(p.splits, splits) << what;
+      EXPECT_EQ(p.unsplit_tokens, unsplit) << what;
+      EXPECT_EQ(p.ctas, (unsplit + (T - unsplit) * splits) * groups_per_token) << what;
+      EXPECT_EQ(p.launches, splits > 1 ? 2 : 3) << what;
+      if (splits > 1) {
+        EXPECT_EQ(p.workspace_bytes, size_t(T - unsplit) * H * splits * 1028) << what;
+        EXPECT_EQ(p.fused_rows, p.chunk) << what;
+        EXPECT_EQ(p.chunk, (topk + 31) / 32 / splits * 32 + ((topk + 31) / 32 % splits ? 32 : 0)) << what;  // whole tiles
+      }
     }
-  // 225 groups: past 1.7 waves, one split and the union pass.
-  const SparseMlaPlan t225 = plan_sparse_mla(225, 64, 2048, kH100);
-  EXPECT_TRUE(t225.union_pass);
-  EXPECT_TRUE(t225.row_order);
-  EXPECT_EQ(t225.splits, 1);
-  // Forced shared rows past one wave keep the union pass.
+  // Forced shared rows past one wave keep the union pass, every token split alike.
   PlanChoice forced;
   forced.kernel = PlanChoice::Kernel::shared_rows;
-  EXPECT_TRUE(plan_sparse_mla(133, 64, 2048, kH100, forced).union_pass);
+  const SparseMlaPlan f = plan_sparse_mla(133, 64, 2048, kH100, forced);
+  EXPECT_TRUE(f.union_pass);
+  EXPECT_EQ(f.unsplit_tokens, 0);
+  // Another device's wave: 100 SMs, 128 heads (2 groups a token): 50 tokens unsplit.
+  const SparseMlaPlan other = plan_sparse_mla(60, 128, 2048, DeviceInfo{100, 232448, 9, 0});
+  EXPECT_EQ(other.unsplit_tokens, 50);
+  EXPECT_EQ(other.splits, 5);  // 20 groups past the wave: 100 / 20
+  EXPECT_EQ(other.ctas, 100 + 20 * 5);
 }
 
 TEST(Planner, SharedRowsWhenForced) {

@@ -143,6 +143,40 @@ TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   EXPECT_TRUE(refused(plan));
 }
 
+// A hand-edited plan's unsplit_tokens (SparseMlaPlan::unsplit_tokens) is refused by name unless
+// it is a shared_rows plan with splits, no union pass and fewer unsplit tokens than tokens; its
+// workspace holds the split tokens' partials. All before any launch.
+TEST(Validate, ForwardRefusesInconsistentUnsplitTokens) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  p.num_tokens = 9, p.num_heads = 64, p.topk = 2048;
+  const SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{8, 232448, 9, 0});
+  ASSERT_EQ(base.unsplit_tokens, 8);  // one wave of 8 unsplit, the 9th token in 8 splits
+  ASSERT_EQ(base.splits, 8);
+  ASSERT_EQ(base.workspace_bytes, size_t{1} * 64 * 8 * 1028);
+  const auto error = [&](const SparseMlaPlan& plan, size_t bytes) {
+    return testing::error_message([&] { sparse_mla_forward(p, plan, b.big.data(), bytes, nullptr); });
+  };
+  EXPECT_NE(error(base, base.workspace_bytes - 1).find("workspace_bytes"), std::string::npos);
+  const auto refused = [&](const SparseMlaPlan& plan) { return error(plan, base.workspace_bytes).find("unsplit_tokens") != std::string::npos; };
+  for (int unsplit : {-1, 9, 10}) {
+    SparseMlaPlan plan = base;
+    plan.unsplit_tokens = unsplit;
+    EXPECT_TRUE(refused(plan)) << unsplit;
+  }
+  SparseMlaPlan plan = base;
+  plan.union_pass = true;
+  EXPECT_TRUE(refused(plan));
+  plan = base;
+  plan.splits = 1;
+  EXPECT_TRUE(refused(plan));
+  PlanChoice split_k;
+  split_k.kernel = PlanChoice::Kernel::split_k;
+  plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{8, 232448, 9, 0}, split_k);
+  plan.unsplit_tokens = 1;
+  EXPECT_TRUE(refused(plan));
+}
+
 // A balanced plan's schedule (SparseMlaPlan::balanced): every misuse is refused by name before
 // any launch, so these run without a GPU; the schedule reads only the indices and the shape.
 TEST(Validate, BalancedScheduleMisuseIsNamedBeforeAnyLaunch) {

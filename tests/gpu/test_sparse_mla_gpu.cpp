@@ -436,16 +436,18 @@ TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
 }
 
 // One-token groups past one wave (the planner's up to 1.7 waves of them, at 32 / 64 / 128 heads):
-// no union pass, each CTA compacts its token's list; 3 or 2 splits (a short last wave), fused
-// rows, and at 32 heads one split. Both caches; -1 in the middle, runs, a row listed twice, all
-// padding, one valid row, lists of 1024 (one split).
+// no union pass, each CTA compacts its token's list. Up to 1.5 waves one wave of groups runs
+// unsplit and the tokens past it split (SparseMlaPlan::unsplit_tokens: 2-64 splits, fused rows);
+// past that, at 32 heads, one split. Both caches; -1 in the middle, runs, a row listed twice, all
+// padding, one valid row, lists of 1024 and 1600.
 TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
-  for (auto [T, H, topk, pattern, fp8, splits] :
-       {std::tuple{133, 64, 2048, IndexPattern::padding_middle, false, 3}, std::tuple{170, 32, 2048, IndexPattern::runs, false, 2},
-        std::tuple{67, 128, 2048, IndexPattern::duplicates, false, 3}, std::tuple{200, 32, 1024, IndexPattern::random, true, 1},
-        std::tuple{140, 32, 2048, IndexPattern::all_padding, true, 3}, std::tuple{190, 32, 2048, IndexPattern::single_valid, false, 1},
-        std::tuple{150, 64, 2048, IndexPattern::runs, true, 3}, std::tuple{85, 128, 1600, IndexPattern::random, false, 2}}) {
+  // T, H, topk, pattern, fp8, and the H100's splits and unsplit tokens.
+  for (auto [T, H, topk, pattern, fp8, splits, unsplit] :
+       {std::tuple{133, 64, 2048, IndexPattern::padding_middle, false, 64, 132}, std::tuple{170, 32, 2048, IndexPattern::runs, false, 3, 132},
+        std::tuple{67, 128, 2048, IndexPattern::duplicates, false, 64, 66}, std::tuple{200, 32, 1024, IndexPattern::random, true, 1, 0},
+        std::tuple{140, 32, 2048, IndexPattern::all_padding, true, 16, 132}, std::tuple{190, 32, 2048, IndexPattern::single_valid, false, 2, 132},
+        std::tuple{150, 64, 2048, IndexPattern::runs, true, 7, 132}, std::tuple{85, 128, 1600, IndexPattern::random, false, 3, 66}}) {
     HostProblem hp = make_problem(T, H, topk, 64, 200, pattern, 990 + T);
     if (fp8) hp.to_fp8(false);
     const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, PlanChoice{}, IndexSharing::unknown,
@@ -453,10 +455,12 @@ TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
     const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " topk " + std::to_string(topk) + " " +
                              workload::to_string(pattern) + (fp8 ? " fp8" : " bf16");
     if (dev.sm_count == 132) {  // H100, H200
+      const int groups_per_token = std::max(H / 64, 1);
       EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << what;
       EXPECT_FALSE(plan.union_pass) << what;
       EXPECT_EQ(plan.splits, splits) << what;
-      EXPECT_EQ(plan.ctas, T * std::max(H / 64, 1) * splits) << what;
+      EXPECT_EQ(plan.unsplit_tokens, unsplit) << what;
+      EXPECT_EQ(plan.ctas, (unsplit + (T - unsplit) * splits) * groups_per_token) << what;
     }
     const Agreement a = run_and_compare(hp, &plan, /*out_pad=*/16, /*lse_pad=*/3);
     EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
@@ -1514,6 +1518,64 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
       const Agreement a = forward_and_judge(d, pb, plan, ro, rl);
       EXPECT_TRUE(a.ok()) << "balanced T " << T << ": " << a.summary();
     }
+}
+
+// One wave of groups unsplit, the tokens past it split (SparseMlaPlan::unsplit_tokens): the
+// planner's plan for a device of fewer SMs, so that small calls take it, and the H100's own at
+// T = 133 / 67. The split tokens' partials and the combine's view of them start at the first
+// split token: each case checks every token's out and lse (strided), with -1 in the middle,
+// runs, a row listed twice, all padding and one valid row (split 0 alone), lists of 1600, and
+// per-token list lengths (the combine counts the split tokens' lists from its view).
+TEST_F(Gpu, UnsplitTokensThenSplitTokensAgree) {
+  const DeviceInfo device = DeviceInfo::from_device(0);
+  struct Case {
+    int T, H, topk;
+    IndexPattern pattern;
+    bool fp8, lengths;
+    int sms;  // the planner's SM count; 0: the device's
+  };
+  int seed = 0;
+  for (const Case& c : {Case{9, 64, 2048, IndexPattern::random, false, false, 8}, Case{11, 64, 2048, IndexPattern::padding_middle, true, false, 8},
+                        Case{10, 128, 2048, IndexPattern::duplicates, false, false, 16}, Case{20, 32, 2048, IndexPattern::runs, false, true, 16},
+                        Case{20, 32, 2048, IndexPattern::all_padding, true, false, 16}, Case{17, 32, 2048, IndexPattern::single_valid, false, false, 16},
+                        Case{9, 128, 1600, IndexPattern::random, true, true, 16}, Case{12, 64, 2048, IndexPattern::runs, true, true, 10},
+                        Case{133, 32, 2048, IndexPattern::random, false, false, 0}, Case{67, 128, 2048, IndexPattern::runs, true, false, 0}}) {
+    if (c.sms == 0 && device.sm_count != 132) continue;  // the H100's (and H200's) own plans
+    DeviceInfo dev = device;
+    if (c.sms > 0) dev.sm_count = c.sms;
+    HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 5100 + seed);
+    std::vector<int32_t> len;
+    if (c.lengths) {
+      std::mt19937 rng(seed);
+      for (int32_t& r : hp.indices)  // no padding: an entry past a length that were used would count
+        if (r < 0) r = static_cast<int32_t>(rng() % hp.rows());
+      len = lengths_for(c.T, hp.topk, seed);
+    }
+    ++seed;
+    if (c.fp8) hp.to_fp8(false);
+    const SparseMlaPlan plan = plan_sparse_mla(c.T, c.H, c.topk, dev, PlanChoice{}, IndexSharing::unknown,
+                                               c.fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
+    const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
+                             workload::to_string(c.pattern) + (c.fp8 ? " fp8" : " bf16") + (c.lengths ? " lengths" : "") +
+                             " on " + std::to_string(dev.sm_count) + " SMs";
+    const int groups_per_token = std::max(c.H / 64, 1);
+    const int unsplit = dev.sm_count / groups_per_token;
+    ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << what;
+    ASSERT_FALSE(plan.union_pass) << what;
+    ASSERT_EQ(plan.unsplit_tokens, unsplit) << what;
+    ASSERT_GE(plan.splits, 2) << what;
+    ASSERT_EQ(plan.ctas, (unsplit + (c.T - unsplit) * plan.splits) * groups_per_token) << what;
+    std::vector<double> ro, rl;
+    HostProblem cut = hp;
+    if (c.lengths) cut.keep_first_positions(len);
+    reference(cut, ro, rl);
+    DeviceProblem d(hp, /*out_pad=*/16, /*lse_pad=*/3);
+    DeviceBuffer<int32_t> dlen(c.lengths ? len : std::vector<int32_t>{0});
+    SparseMlaProblem p = d.view();
+    if (c.lengths) p.topk_lengths = dlen.ptr;
+    const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+    EXPECT_TRUE(a.ok()) << what << " (splits " << plan.splits << "): " << a.summary();
+  }
 }
 
 // The GPU reference kernel honours lengths as the CPU reference does.

@@ -82,9 +82,9 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     // union pass's line at 1.7 waves lie (docs/perf.md runs 447-454). Full random lists and
     // decode batches of mixed lengths (runs of 1-2048 rows), whose long lists a second wave holds.
     for (int H : {32, 64})
-      for (int T : {132, 133, 150, 176, 200, 224, 264})
+      for (int T : {132, 133, 140, 150, 160, 176, 190, 198, 200, 224, 264})
         v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, H));
-    for (int T : {66, 67, 80, 100, 112, 132}) v.push_back(make("H128-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 128));
+    for (int T : {66, 67, 70, 80, 90, 99, 100, 112, 132}) v.push_back(make("H128-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 128));
     for (auto [H, T] : {std::pair{32, 150}, std::pair{32, 200}, std::pair{64, 150}, std::pair{64, 200}, std::pair{128, 80}, std::pair{128, 100}})
       v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-runs", T, IndexPattern::runs, {}, H));
   } else {
