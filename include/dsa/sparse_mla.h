@@ -138,11 +138,12 @@ enum class SparseMlaKernel {
                 //    head blocks than two per SM (at topk 2048 on an H100: T >= 3 at 64 heads and
                 //    T >= 2 at 128; fp8_ds_mla T >= 6 and 3).
                 // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
-                // at most 3/4 of them, or 8 splits). Past one wave, up to 1.7 waves of one-token
-                // groups, no union pass and up to 3 splits of >= 20 tiles, as many as leave a last
-                // wave at most 7/10 full (at 64 and 128 heads only where that is 2 or 3; at 32
-                // heads, lists of >= 1024, also 1). Limits: topk <= 2048, num_pages * page_size <
-                // 2^28, cache row strides < 2^31 elements (bytes for fp8_ds_mla)
+                // at most 3/4 of them, or 8 splits). Just past one wave (up to half a wave more)
+                // one wave of them runs unsplit and only the tokens past it are split, as many
+                // CTAs as fit the SMs (SparseMlaPlan::unsplit_tokens); no union pass. Further on,
+                // up to 1.7 waves, 32 heads keep one-token CTAs unsplit, 64 and 128 heads take
+                // the union pass. Limits: topk <= 2048, num_pages * page_size < 2^28, cache row
+                // strides < 2^31 elements (bytes for fp8_ds_mla)
 };
 
 // The kernel configuration for one problem shape on one device.
@@ -166,15 +167,16 @@ struct SparseMlaPlan {
   int fused_rows = 0;
   // shared_rows: whether a union pass builds each group's rows before the main kernel (then,
   // with one split, an order pass ranks the groups). false for one-token groups (64 and 128
-  // heads; the planner's at 32) when the CTAs fit one wave, and in the planner's split plans up
-  // to 1.7 waves of them (at 32 heads unsplit too): each CTA compacts its token's index list
-  // itself, one kernel and round trip fewer.
+  // heads; the planner's at 32) when the CTAs fit one wave, in the planner's plans with
+  // unsplit_tokens, and at 32 heads up to 1.7 waves of them: each CTA compacts its token's
+  // index list itself, one kernel and round trip fewer.
   bool union_pass = false;
   // shared_rows with splits > 1 and no union pass: tokens [0, unsplit_tokens) are computed whole,
-  // a CTA per group (one wave), and only the later tokens are split (`splits` each) and merged.
-  // The planner's for one-token groups just past one wave (up to 1.5 waves): the few tokens past
-  // it split finely enough that their CTAs fit the SMs as the first wave's free them. 0: every
-  // token split.
+  // a CTA per group, and only the later tokens are split (`splits` each, their partials in the
+  // workspace) and merged. The planner's for one-token groups just past one wave (up to 1.5
+  // waves): one wave of groups unsplit, the tokens past it split into as many CTAs as fit the
+  // SMs the first wave frees (32 heads T = 133 on an H100: 132 unsplit, 64 splits of a tile;
+  // 128.9 µs against 169.2 with 3 equal splits of every token). 0: every token split alike.
   int unsplit_tokens = 0;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,

@@ -43,10 +43,11 @@
 //   3. Epilogue: normalise, stage the 64 x 512 bf16 tile in shared memory, write whole rows and
 //      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
 //      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
-//      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. At 64 and
-//      128 heads with one wave of CTAs (or the planner's split plans up to 1.7 waves) there is no
-//      union or order pass: each CTA compacts its token's list itself and gathers its first two
-//      tiles while Q is still landing.
+//      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. Just past
+//      one wave (the planner's, up to 1.5 waves) the first CTAs each take a group whole and only
+//      the tokens past them are split (p.unsplit_tokens). At 64 and 128 heads with one wave of
+//      CTAs (or just past it) there is no union or order pass: each CTA compacts its token's list
+//      itself and gathers its first two tiles while Q is still landing.
 //   At 32 heads below the union's line (up to 1.7 waves, the planner's) a CTA is one token's 32
 //      heads in rows 0-31 of the 64-head layout: no union pass, as at 64 heads; rows 32-63 idle.
 //   4. fp8_ds_mla caches (kFp8 instances): each output warpgroup gathers its half of a row's 656
@@ -210,6 +211,12 @@
 //               155.5 / 170.9, fp8 64 heads T = 133 216.9 -> 172.7, runs at 32 heads T = 150 185.6
 //               -> 101.7. Unsplit at 64 / 128 heads without the order pass lost on mixed lengths
 //               (128 heads runs T = 100 107.0 -> 128.2): those keep the union pass.
+//   v23 b0c141a just past one wave (up to 1.5 waves): one wave of groups unsplit, the tokens past
+//               it split into as many CTAs as fit the SMs (at most a tile each, 64), partials for
+//               those only. Against v22's plans (run 461, us): 32 heads T = 133 / 150 / 198 169.2 /
+//               176.4 / 201.0 -> 128.9 / 146.0 / 184.0, 64 heads T = 133 182.3 -> 131.7, 128 heads
+//               T = 67 / 90 153.9 / 195.9 -> 108.8 / 148.6, fp8 64 heads T = 190 219.9 -> 166.8,
+//               64 heads topk 256 T = 133 60.6 -> 38.5.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
