@@ -42,9 +42,9 @@ struct SparseMlaParams {
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
   bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
-  // Shared rows with splits and no union pass (SparseMlaPlan::unsplit_tokens): tokens
-  // [0, unsplit_tokens) are computed whole by a CTA per group, which writes out and lse; the
-  // splits and their partials ([T - unsplit_tokens, H, splits]) are the later tokens'.
+  // SparseMlaPlan::unsplit_tokens: tokens [0, unsplit_tokens) are computed whole, a CTA per
+  // group (shared rows) or head group (split-K, which then reads whole lists), which writes out
+  // and lse; the splits and their partials ([T - unsplit_tokens, H, splits]) are the later tokens'.
   int unsplit_tokens;
   // Balanced split-K (SparseMlaPlan::balanced; balanced_slots 0: off): the main grid holds
   // balanced_slots split slots per head group. The schedule (make_sparse_mla_schedule; layout in
@@ -207,15 +207,19 @@ inline constexpr int kSharedRowsLongList = 1024;
 // kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).
 inline constexpr int kSharedRowsManyGroups = 8;
 inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
-// One-token groups just past one wave, up to half a wave more: one wave of groups runs unsplit
-// and only the tokens past it are split (SparseMlaPlan::unsplit_tokens), into as many splits as
-// their CTAs fit the SMs (the SMs the first wave frees take them at once), at most one per tile
-// and kSharedRowsMaxTailSplits (the combine's mask of live splits). No union pass: each CTA
+// Just past whole waves (up to half a wave more) the planner splits only the tokens past them
+// (SparseMlaPlan::unsplit_tokens), into as many splits as their CTAs fit a wave (the SMs the
+// last whole wave frees take them at once), at most one per tile and kTailMaxSplits (the
+// combine's mask of live splits): split-K past whole waves of one split, and shared rows'
+// one-token groups just past one wave (one wave of groups unsplit). No union pass: each CTA
 // compacts its token's list, as in one wave. Further on, up to kSharedRowsPastWaveMaxTenths / 10
 // waves of groups, 32 heads keep one-token groups with one split (their alternative, 2-token
 // groups, are T / 2 CTAs), while 64 and 128 heads take the union pass, whose order pass puts the
 // longest lists in the first wave.
-inline constexpr int kSharedRowsMaxTailSplits = 64;
+inline constexpr int kTailMaxSplits = 64;
+// Split-K only with lists of at least this many positions: a shorter list's whole CTA costs
+// little more than a split's setup and the combine's launch.
+inline constexpr int kSplitKTailMinList = 512;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
@@ -294,6 +298,22 @@ inline bool shared_rows_row_order_fit(bool union_pass, int num_heads) {
 }
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
+
+// The split tokens of a plan with unsplit ones (SparseMlaPlan::unsplit_tokens), for the combine:
+// the tokens from p.unsplit_tokens on (their partials start at the workspace's first already).
+inline SparseMlaParams split_tokens_view(const SparseMlaParams& p) {
+  SparseMlaParams v = p;
+  const int64_t t0 = p.unsplit_tokens;
+  v.q_nope += t0 * p.q_nope_token_stride;
+  v.q_pe += t0 * p.q_pe_token_stride;
+  v.indices += t0 * p.indices_token_stride;
+  if (v.topk_lengths != nullptr) v.topk_lengths += t0;
+  v.out += t0 * p.out_token_stride;
+  v.lse += t0 * p.lse_token_stride;
+  v.num_tokens -= p.unsplit_tokens;
+  v.unsplit_tokens = 0;
+  return v;
+}
 
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);

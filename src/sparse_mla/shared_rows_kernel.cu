@@ -1485,22 +1485,6 @@ CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t he
   return map;
 }
 
-// The split tokens of a plan with unsplit ones, for the combine: the tokens from
-// p.unsplit_tokens on (their partials start at the workspace's first already).
-static SparseMlaParams split_tokens_view(const SparseMlaParams& p) {
-  SparseMlaParams v = p;
-  const int64_t t0 = p.unsplit_tokens;
-  v.q_nope += t0 * p.q_nope_token_stride;
-  v.q_pe += t0 * p.q_pe_token_stride;
-  v.indices += t0 * p.indices_token_stride;
-  if (v.topk_lengths != nullptr) v.topk_lengths += t0;
-  v.out += t0 * p.out_token_stride;
-  v.lse += t0 * p.lse_token_stride;
-  v.num_tokens -= p.unsplit_tokens;
-  v.unsplit_tokens = 0;
-  return v;
-}
-
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return;
   SharedRowsQMaps q_maps;

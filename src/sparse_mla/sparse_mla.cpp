@@ -243,11 +243,14 @@ static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
     fail("plan", "inconsistent fused_rows");
 }
 
-// A plan's unsplit_tokens, checked by the forward: 0, or fewer than its tokens in a shared_rows
-// plan with splits and no union pass.
+// A plan's unsplit_tokens, checked by the forward: 0, or fewer than its tokens in a plan with
+// splits: shared_rows without a union pass, split_k not balanced and with lists an unsplit CTA
+// can hold (topk <= kMaxChunk).
 static void check_plan_unsplit_tokens(const SparseMlaPlan& plan) {
-  if (plan.unsplit_tokens != 0 && (plan.unsplit_tokens < 0 || plan.unsplit_tokens >= plan.num_tokens ||
-                                   plan.kernel != SparseMlaKernel::shared_rows || plan.splits < 2 || plan.union_pass))
+  if (plan.unsplit_tokens == 0) return;
+  const bool kernel_takes_them = plan.kernel == SparseMlaKernel::shared_rows ? !plan.union_pass
+                                                                             : !plan.balanced && plan.topk <= SparseMlaPlan::kMaxChunk;
+  if (plan.unsplit_tokens < 0 || plan.unsplit_tokens >= plan.num_tokens || plan.splits < 2 || !kernel_takes_them)
     fail("plan", "inconsistent unsplit_tokens");
 }
 
@@ -443,7 +446,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const auto tail_splits = [&](int64_t groups, int groups_per_token) -> int64_t {
     const int64_t unsplit_groups = dev.sm_count / groups_per_token * groups_per_token;
     if (groups <= unsplit_groups) return 0;
-    const int64_t s = std::min<int64_t>({dev.sm_count / (groups - unsplit_groups), shared_rows_tiles, detail::kSharedRowsMaxTailSplits});
+    const int64_t s = std::min<int64_t>({dev.sm_count / (groups - unsplit_groups), shared_rows_tiles, detail::kTailMaxSplits});
     return s >= 2 ? ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, s)) : 0;  // no split left empty by a full list
   };
   bool one_token_32_heads = false;    // 32 heads in one-token groups (shared_rows_group_heads)
@@ -564,13 +567,34 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                          "] for topk " + std::to_string(topk) + ", got " + std::to_string(choice.splits));
     plan.chunk = static_cast<int>(ceil_div(topk, choice.splits));
   }
+  // Just past whole waves of one split (at most half a wave more; params.h): the tokens of the
+  // whole waves unsplit, the tokens past them split into as many CTAs as fit a wave (at most a
+  // tile each, 64), so the last wave is short instead of a wave of whole lists. An fp8 cache
+  // keeps the 64-row tiles of its unsplit lists of >= 1024. Measured (runs 462-463, H100, 16
+  // heads, random lists of 2048, µs): ...
+  int64_t splitk_unsplit_tokens = 0;
+  const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
+  const int64_t past_waves = token_slots > 0 ? num_tokens % token_slots : 0;
+  if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
+      topk <= SparseMlaPlan::kMaxChunk && num_tokens > token_slots && past_waves > 0) {
+    const int tile = fp8 && topk >= detail::kFp8WideTileMinChunk ? 64 : detail::kPlannerBlockKeys;  // an unsplit CTA's (below)
+    const int64_t tiles = ceil_div(topk, tile);
+    const int64_t fit = std::min<int64_t>({token_slots / past_waves, tiles, detail::kTailMaxSplits});
+    if (fit >= 2) {
+      splitk_unsplit_tokens = num_tokens - past_waves;
+      plan.block_keys = tile;
+      const int64_t splits_of_tail = ceil_div(tiles, ceil_div(tiles, fit));  // none left empty by a full list
+      plan.chunk = static_cast<int>(ceil_div(tiles, splits_of_tail) * tile);
+    }
+  }
   // fp8 with splits of >= 1024 positions: 64-row tiles (still two CTAs per SM, where bf16's take
   // 176 KB), half as many rounds of the tile's dependent chain. At 16 heads T = 96 / 192 / 1024
   // -6 / -9 / -9 %; shorter splits lose the longer pipeline fill (T = 1 / 16 / 64 +9 / +5 / +5 %,
   // docs/perf.md runs 344-345).
   if (fp8 && choice.block_keys == 0 && plan.chunk >= detail::kFp8WideTileMinChunk) plan.block_keys = 64;
   plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
-  plan.ctas = launch_ctas(base_ctas * plan.splits);
+  plan.unsplit_tokens = static_cast<int>(splitk_unsplit_tokens);
+  plan.ctas = launch_ctas((splitk_unsplit_tokens + (num_tokens - splitk_unsplit_tokens) * plan.splits) * (num_heads / kHeadGroup));
   // Fused rows: a token with at most one chunk's worth of valid indices (short contexts, the
   // -1 padding of an indexer with fewer candidates than topk) is finished by its first split
   // alone. That CTA does no more tile work than any split of the plan, and the token needs no
@@ -587,7 +611,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144).
   plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing);
   plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) : 0;
-  plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits);
+  plan.workspace_bytes = workspace_for(num_tokens - plan.unsplit_tokens, num_heads, plan.splits);
   return plan;
 }
 
@@ -702,11 +726,12 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     fail("plan", "inconsistent (block_keys, splits, chunk)");
   check_plan_fused_rows(plan, detail::fused_rows_fit(plan.splits, plan.topk, plan.chunk));
   if (problem.num_tokens == 0) return;
-  require_workspace(workspace, workspace_bytes, workspace_for(problem.num_tokens, problem.num_heads, plan.splits));
+  require_workspace(workspace, workspace_bytes, workspace_for(problem.num_tokens - plan.unsplit_tokens, problem.num_heads, plan.splits));
   detail::SparseMlaParams k = make_params(problem);
   k.block_keys = plan.block_keys;
   k.splits = plan.splits;
   k.chunk = plan.chunk;
+  k.unsplit_tokens = plan.unsplit_tokens;
   k.fused_rows = plan.fused_rows;
   set_row_order(k, plan);
   set_partials(k, workspace, 0);

@@ -658,6 +658,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // griddepcontrol.wait for this grid's memory, so its launch latency hides behind our work.
   if (p.splits > 1) ptx::launch_dependents();
   int t, split, token_splits = p.splits;  // token_splits: this CTA's token's (balanced)
+  bool unsplit = false;  // the CTA takes its token's whole list (SparseMlaPlan::unsplit_tokens)
   if constexpr (kBalanced) {
     const int slot = blockIdx.x / head_groups;
     const int4 header = __ldcg(p.schedule), entry = __ldcg(p.schedule + 1 + slot);
@@ -668,17 +669,22 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       return;
     }
     t = entry.x, split = entry.y, token_splits = entry.z;
-  } else {
-    split = (blockIdx.x / head_groups) % p.splits;
-    t = blockIdx.x / (head_groups * p.splits);
+  } else if (static_cast<int>(blockIdx.x / head_groups) < p.unsplit_tokens) {
+    unsplit = true;
+    t = blockIdx.x / head_groups, split = 0;
+  } else {  // splits of the tokens past the unsplit ones
+    const int b = static_cast<int>(blockIdx.x / head_groups) - p.unsplit_tokens;
+    split = b % p.splits;
+    t = p.unsplit_tokens + b / p.splits;
   }
 
   // 1. Raw indices into registers first: they head the critical path (indices -> rows), so
   //    their DRAM latency should overlap everything else in the prologue.
   //    With fused rows on, every CTA reads the token's whole list (topk <= kMaxChunk): it
   //    counts the token's valid rows and finds its own chunk's rows in the compaction.
-  const int pos0 = kBalanced ? 0 : split * p.chunk;
-  const int npos = min(p.chunk, p.topk - pos0);
+  const int chunk = unsplit ? p.topk : p.chunk;
+  const int pos0 = kBalanced ? 0 : split * chunk;
+  const int npos = min(chunk, p.topk - pos0);
   const bool whole_list = kBalanced || p.fused_rows > 0;
   const int nlist = whole_list ? p.topk : npos;
   const int32_t* idx = p.indices + t * p.indices_token_stride + (whole_list ? 0 : pos0);
@@ -753,6 +759,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       row0 = split * tiles / token_splits * BK;
       nvalid = max(0, min(nlisted, (split + 1) * tiles / token_splits * BK) - row0);
     }
+  } else if (unsplit) {
+    fused = true;  // its token's whole list: out and lse, no partials
   } else if (whole_list) {
     if (nlisted <= p.fused_rows) {
       if (split != 0) {  // split 0 does it; the combine skips the token too
@@ -1121,7 +1129,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // The partial slot of head h0 + i: [T, H, splits], or balanced [split slot, H].
   const auto partial_slot = [&](int i) {
     return kBalanced ? (int64_t)(blockIdx.x / head_groups) * p.num_heads + h0 + i
-                     : ((int64_t)t * p.num_heads + h0 + i) * p.splits + split;
+                     : ((int64_t)(t - p.unsplit_tokens) * p.num_heads + h0 + i) * p.splits + split;
   };
   if (split_out) {
     // Partials straight from the fragments: a quad fills one whole sector per store.
@@ -1456,7 +1464,7 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
   auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8>;
-  const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0, p.topk, p.chunk));
+  const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.unsplit_tokens > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
   int device = 0;
@@ -1465,7 +1473,8 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::smem_bytes(kMaxChunk)));
     configured_smem[device] = Shape::smem_bytes(kMaxChunk);
   }
-  const int64_t ctas = (int64_t)(kBalanced ? p.balanced_slots : p.num_tokens * p.splits) * (p.num_heads / kHeadGroup);
+  const int64_t token_ctas = kBalanced ? p.balanced_slots : p.unsplit_tokens + int64_t{p.num_tokens - p.unsplit_tokens} * p.splits;
+  const int64_t ctas = token_ctas * (p.num_heads / kHeadGroup);
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
@@ -1519,7 +1528,7 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
         default: launch_splitk<64>(p, stream); break;
       }
   }
-  if (p.splits > 1) launch_sparse_mla_combine(p, stream);
+  if (p.splits > 1) launch_sparse_mla_combine(split_tokens_view(p), stream);
 }
 
 void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {

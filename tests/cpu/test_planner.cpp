@@ -40,14 +40,20 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         const int groups_per_token = std::max(H / 64, 1);
         const int64_t groups = one_token ? int64_t(T) * groups_per_token : (head_blocks + 3) / 4;
         const int64_t unsplit_groups = int64_t(p.unsplit_tokens) * groups_per_token;
-        EXPECT_EQ(int64_t(p.ctas), shared_rows ? unsplit_groups + (groups - unsplit_groups) * p.splits : head_blocks * p.splits);
+        EXPECT_EQ(int64_t(p.ctas), shared_rows ? unsplit_groups + (groups - unsplit_groups) * p.splits
+                                               : (int64_t(p.unsplit_tokens) + int64_t(T - p.unsplit_tokens) * p.splits) * (H / 16));
         const int tiles = (topk + 31) / 32;
+        // Just past whole waves (at most half a wave more): shared rows' one wave of one-token
+        // groups, split-K's whole waves of one split (264 CTAs, lists of 512-2048) unsplit; the
+        // tokens past them in as many splits as fit a wave, none left empty by a full list.
         const bool just_past_wave = one_token && groups > 132 && (groups - 132) * 2 <= 132 && tiles >= 2;
-        EXPECT_EQ(p.unsplit_tokens, just_past_wave ? 132 / groups_per_token : 0);
-        if (just_past_wave) {  // as many as fit, none left empty by a full list
-          const int64_t fit = std::min<int64_t>({132 / (groups - 132), tiles, 64});
-          EXPECT_EQ(p.splits, (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit));
-        }
+        const int64_t token_slots = 264 / (H / 16), past_waves = T % token_slots;
+        const bool splitk_past_waves = !shared_rows && topk >= 512 && topk <= 2048 && T > token_slots && past_waves > 0 &&
+                                       past_waves * 2 <= token_slots;
+        EXPECT_EQ(p.unsplit_tokens, just_past_wave ? 132 / groups_per_token : splitk_past_waves ? T - past_waves : 0);
+        const auto splits_of = [](int64_t tiles, int64_t fit) { return (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit); };
+        if (just_past_wave) EXPECT_EQ(p.splits, splits_of(tiles, std::min<int64_t>({132 / (groups - 132), tiles, 64})));
+        if (splitk_past_waves) EXPECT_EQ(p.splits, splits_of(tiles, std::min<int64_t>({token_slots / past_waves, tiles, 64})));
         if (shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
           if (p.splits > 1 && !just_past_wave) EXPECT_TRUE(one_token && groups * p.splits <= 132);

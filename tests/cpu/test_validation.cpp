@@ -144,8 +144,9 @@ TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
 }
 
 // A hand-edited plan's unsplit_tokens (SparseMlaPlan::unsplit_tokens) is refused by name unless
-// it is a shared_rows plan with splits, no union pass and fewer unsplit tokens than tokens; its
-// workspace holds the split tokens' partials. All before any launch.
+// it has splits and fewer unsplit tokens than tokens, in a shared_rows plan without a union pass
+// or a split_k plan not balanced with topk <= kMaxChunk; its workspace holds the split tokens'
+// partials. All before any launch.
 TEST(Validate, ForwardRefusesInconsistentUnsplitTokens) {
   Buffers b;
   SparseMlaProblem p = good(b);
@@ -170,11 +171,21 @@ TEST(Validate, ForwardRefusesInconsistentUnsplitTokens) {
   plan = base;
   plan.splits = 1;
   EXPECT_TRUE(refused(plan));
-  PlanChoice split_k;
-  split_k.kernel = PlanChoice::Kernel::split_k;
-  plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{8, 232448, 9, 0}, split_k);
+  // split_k takes them, but not in a balanced plan, nor with lists longer than an unsplit CTA holds.
+  PlanChoice balanced;
+  balanced.balanced = 1;
+  plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{8, 232448, 9, 0}, balanced);
   plan.unsplit_tokens = 1;
   EXPECT_TRUE(refused(plan));
+  PlanChoice split_k;
+  split_k.kernel = PlanChoice::Kernel::split_k;
+  split_k.splits = 3;
+  SparseMlaProblem longer = p;
+  longer.topk = 5000;
+  plan = plan_sparse_mla(longer.num_tokens, longer.num_heads, longer.topk, DeviceInfo{8, 232448, 9, 0}, split_k);
+  plan.unsplit_tokens = 1;
+  EXPECT_NE(testing::error_message([&] { sparse_mla_forward(longer, plan, b.big.data(), plan.workspace_bytes, nullptr); }).find("unsplit_tokens"),
+            std::string::npos);
 }
 
 // A balanced plan's schedule (SparseMlaPlan::balanced): every misuse is refused by name before

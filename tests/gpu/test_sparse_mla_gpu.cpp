@@ -1524,12 +1524,14 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
     }
 }
 
-// One wave of groups unsplit, the tokens past it split (SparseMlaPlan::unsplit_tokens): the
-// planner's plan for a device of fewer SMs, so that small calls take it, and the H100's own at
-// T = 133 / 67. The split tokens' partials and the combine's view of them start at the first
-// split token: each case checks every token's out and lse (strided), with -1 in the middle,
-// runs, a row listed twice, all padding and one valid row (split 0 alone), lists of 1600, and
-// per-token list lengths (the combine counts the split tokens' lists from its view).
+// Whole waves unsplit, the tokens past them split (SparseMlaPlan::unsplit_tokens): the planner's
+// plan for a device of fewer SMs, so that small calls take it, and the H100's own at T = 133 /
+// 67 (shared rows) and 265 (split-K). Shared rows: one wave of one-token groups; split-K: whole
+// waves of one split (two CTAs per SM; row order, fp8's 64-row tiles). The split tokens'
+// partials and the combine's view of them start at the first split token: each case checks
+// every token's out and lse (strided), with -1 in the middle, runs, a row listed twice, all
+// padding and one valid row (split 0 alone), lists of 600-1600, and per-token list lengths (the
+// combine counts the split tokens' lists from its view).
 TEST_F(Gpu, UnsplitTokensThenSplitTokensAgree) {
   const DeviceInfo device = DeviceInfo::from_device(0);
   struct Case {
@@ -1543,7 +1545,12 @@ TEST_F(Gpu, UnsplitTokensThenSplitTokensAgree) {
                         Case{10, 128, 2048, IndexPattern::duplicates, false, false, 16}, Case{20, 32, 2048, IndexPattern::runs, false, true, 16},
                         Case{20, 32, 2048, IndexPattern::all_padding, true, false, 16}, Case{17, 32, 2048, IndexPattern::single_valid, false, false, 16},
                         Case{9, 128, 1600, IndexPattern::random, true, true, 16}, Case{12, 64, 2048, IndexPattern::runs, true, true, 10},
-                        Case{133, 32, 2048, IndexPattern::random, false, false, 0}, Case{67, 128, 2048, IndexPattern::runs, true, false, 0}}) {
+                        Case{133, 32, 2048, IndexPattern::random, false, false, 0}, Case{67, 128, 2048, IndexPattern::runs, true, false, 0},
+                        // split-K
+                        Case{17, 16, 2048, IndexPattern::random, false, false, 8}, Case{20, 16, 600, IndexPattern::padding_middle, true, false, 8},
+                        Case{18, 32, 700, IndexPattern::runs, false, true, 8}, Case{70, 16, 2048, IndexPattern::duplicates, false, false, 32},
+                        Case{35, 16, 2048, IndexPattern::single_valid, true, true, 16}, Case{19, 16, 2048, IndexPattern::all_padding, false, false, 8},
+                        Case{265, 16, 2048, IndexPattern::random, true, false, 0}}) {
     if (c.sms == 0 && device.sm_count != 132) continue;  // the H100's (and H200's) own plans
     DeviceInfo dev = device;
     if (c.sms > 0) dev.sm_count = c.sms;
@@ -1562,13 +1569,17 @@ TEST_F(Gpu, UnsplitTokensThenSplitTokensAgree) {
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
                              workload::to_string(c.pattern) + (c.fp8 ? " fp8" : " bf16") + (c.lengths ? " lengths" : "") +
                              " on " + std::to_string(dev.sm_count) + " SMs";
-    const int groups_per_token = std::max(c.H / 64, 1);
-    const int unsplit = dev.sm_count / groups_per_token;
-    ASSERT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << what;
+    const bool split_k = c.H <= 16 || c.topk < 1024;
+    const int groups_per_token = std::max(c.H / 64, 1), head_groups = c.H / 16;
+    const int token_slots = 2 * dev.sm_count / head_groups;  // split-K: tokens in a wave of one split
+    const int unsplit = split_k ? c.T - c.T % token_slots : dev.sm_count / groups_per_token;
+    ASSERT_EQ(plan.kernel, split_k ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << what;
     ASSERT_FALSE(plan.union_pass) << what;
     ASSERT_EQ(plan.unsplit_tokens, unsplit) << what;
     ASSERT_GE(plan.splits, 2) << what;
-    ASSERT_EQ(plan.ctas, (unsplit + (c.T - unsplit) * plan.splits) * groups_per_token) << what;
+    ASSERT_EQ(plan.ctas, (unsplit + (c.T - unsplit) * plan.splits) * (split_k ? head_groups : groups_per_token)) << what;
+    if (split_k && c.T == 70) ASSERT_TRUE(plan.row_order) << what;
+    if (split_k && c.fp8 && c.topk >= 1024) ASSERT_EQ(plan.block_keys, 64) << what;
     std::vector<double> ro, rl;
     HostProblem cut = hp;
     if (c.lengths) cut.keep_first_positions(len);
