@@ -118,7 +118,9 @@ struct DeviceInfo {
 
 // The two kernels of the forward.
 enum class SparseMlaKernel {
-  split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel
+  split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel.
+                // Just past whole waves of one split, the later tokens alone split
+                // (SparseMlaPlan::unsplit_tokens)
   shared_rows,  // one CTA per 64 query rows on wgmma with M = 64: 4 consecutive tokens x 16 heads,
                 // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128; at 32 heads
                 // below the union's line one token's 32 heads and 32 idle rows). A row several
@@ -171,12 +173,15 @@ struct SparseMlaPlan {
   // unsplit_tokens, and at 32 heads up to 1.7 waves of them: each CTA compacts its token's
   // index list itself, one kernel and round trip fewer.
   bool union_pass = false;
-  // shared_rows with splits > 1 and no union pass: tokens [0, unsplit_tokens) are computed whole,
-  // a CTA per group, and only the later tokens are split (`splits` each, their partials in the
-  // workspace) and merged. The planner's for one-token groups just past one wave (up to 1.5
-  // waves): one wave of groups unsplit, the tokens past it split into as many CTAs as fit the
-  // SMs the first wave frees (32 heads T = 133 on an H100: 132 unsplit, 64 splits of a tile;
-  // 128.9 µs against 169.2 with 3 equal splits of every token). 0: every token split alike.
+  // With splits > 1 (shared_rows without a union pass, split_k not balanced with topk <=
+  // kMaxChunk): tokens [0, unsplit_tokens) are computed whole, a CTA per group or head group,
+  // and only the later tokens are split (`splits` each, their partials in the workspace) and
+  // merged. The planner's just past whole waves (by at most half a wave): shared_rows' one wave
+  // of one-token groups, split_k's whole waves of one split (lists of 512-2048) unsplit, the
+  // tokens past them split into as many CTAs as fit the SMs the last whole wave frees. On an
+  // H100: 32 heads T = 133 132 unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3
+  // equal splits of every token; 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one
+  // split. 0: every token split alike.
   int unsplit_tokens = 0;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,

@@ -570,8 +570,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Just past whole waves of one split (at most half a wave more; params.h): the tokens of the
   // whole waves unsplit, the tokens past them split into as many CTAs as fit a wave (at most a
   // tile each, 64), so the last wave is short instead of a wave of whole lists. An fp8 cache
-  // keeps the 64-row tiles of its unsplit lists of >= 1024. Measured (runs 462-463, H100, 16
-  // heads, random lists of 2048, µs): ...
+  // keeps the 64-row tiles of its unsplit lists of >= 1024. Measured against one split (run 463,
+  // H100, random lists, µs): 16 heads T = 265 / 300 / 396 / 529 / 800 266.5 / 292.7 / 295.2 /
+  // 410.2 / 561.5 -> 167.0 / 199.7 / 259.3 / 315.9 / 474.6 (T = 264 161.4), fp8 T = 265 / 529
+  // 210.1 / 323.3 -> 132.3 / 249.5, topk 512 T = 265 87.6 -> 68.5, 32 heads topk 512 T = 133 /
+  // 150 74.5 / 83.0 -> 54.6 / 62.7; mixed lengths gain or lose a little (16 heads runs of 1-2048
+  // rows T = 300 / 529 180.6 / 279.2 -> 173.9 / 281.9, 32 heads topk 1000 T = 140 75.6 -> 78.2).
   int64_t splitk_unsplit_tokens = 0;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   const int64_t past_waves = token_slots > 0 ? num_tokens % token_slots : 0;

@@ -19,6 +19,8 @@
 //      fp32 lse, which a combine kernel (programmatic dependent launch) merges in fp32.
 // Lists of at most 2 valid rows (kLeanRows) in a CTA that writes bf16 skip steps 3-6 after the
 // compaction: each warp finishes 4 heads with FMAs from registers (lean_rows_forward).
+// Unsplit tokens (plan.unsplit_tokens, splits > 1): the first tokens' CTAs read and compute
+// their whole lists and write bf16 out + lse; the split CTAs are the later tokens'.
 // Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
 // and compacts it; a token with at most fused_rows valid rows is finished by split 0 alone
 // (bf16 out + lse, no partials), the other splits leave at once, and the combine, counting the
@@ -120,6 +122,12 @@
 //                and T=64 within 0.2 us, T=64 runs +0.3. rel-L2 vs float64 1.3e-3 -> 2.3e-3. First
 //                try (run 407): T=1 random 9.7 -> 11.2, from half-sector stores (+0.4 us per CTA)
 //                and a combine whose select around each load and its widening serialised its loads.
+//   v24 8118f01  past whole waves of one split (at most half a wave more, the planner's): the
+//                whole waves' tokens unsplit (an unsplit CTA reads its whole list), the tokens
+//                past them split, partials for those only (SparseMlaPlan::unsplit_tokens). 16 heads
+//                random (run 463, us): T = 265 / 300 / 529 / 800 266.5 / 292.7 / 410.2 / 561.5 ->
+//                167.0 / 199.7 / 315.9 / 474.6; fp8 T = 265 210.1 -> 132.3; 32 heads topk 512
+//                T = 133 74.5 -> 54.6. The targets' plans are unchanged.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
