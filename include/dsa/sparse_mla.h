@@ -120,7 +120,7 @@ struct DeviceInfo {
 enum class SparseMlaKernel {
   split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel.
                 // Just past whole waves of one split, the later tokens alone split
-                // (SparseMlaPlan::unsplit_tokens)
+                // (SparseMlaPlan::lead_tokens)
   shared_rows,  // one CTA per 64 query rows on wgmma with M = 64: 4 consecutive tokens x 16 heads,
                 // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128; at 32 heads
                 // below the union's line one token's 32 heads and 32 idle rows). A row several
@@ -142,7 +142,7 @@ enum class SparseMlaKernel {
                 // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
                 // at most 3/4 of them, or 8 splits). Just past one wave (up to half a wave more)
                 // one wave of them runs unsplit and only the tokens past it are split, as many
-                // CTAs as fit the SMs (SparseMlaPlan::unsplit_tokens); no union pass. Further on,
+                // CTAs as fit the SMs (SparseMlaPlan::lead_tokens); no union pass. Further on,
                 // up to 1.7 waves, 32 heads keep one-token CTAs unsplit, 64 and 128 heads take
                 // the union pass. Limits: topk <= 2048, num_pages * page_size < 2^28, cache row
                 // strides < 2^31 elements (bytes for fp8_ds_mla)
@@ -161,7 +161,8 @@ struct SparseMlaPlan {
   int ctas = 0;          // blocks of the main kernel
   int launches = 0;      // kernels one forward call launches, in stream order (profilers group by it):
                          // split_k 1, + 1 combine when splits > 1; shared_rows: the union pass if
-                         // any, the order pass (one split, union pass), main, + 1 combine (splits > 1)
+                         // any, the order pass (one split, union pass), main, + 1 combine (splits > 1);
+                         // + 1 combine for lead tokens in lead_splits > 1
   // With splits > 1: a token with at most this many valid indices is finished by its first
   // split alone, with no merge (each CTA counts the token's valid indices on the device; the
   // others and the combine skip it). 0: off (splits == 1; split_k: topk > kMaxChunk or a chunk
@@ -170,19 +171,22 @@ struct SparseMlaPlan {
   // shared_rows: whether a union pass builds each group's rows before the main kernel (then,
   // with one split, an order pass ranks the groups). false for one-token groups (64 and 128
   // heads; the planner's at 32) when the CTAs fit one wave, in the planner's plans with
-  // unsplit_tokens, and at 32 heads up to 1.7 waves of them: each CTA compacts its token's
+  // lead_tokens, and at 32 heads up to 1.7 waves of them: each CTA compacts its token's
   // index list itself, one kernel and round trip fewer.
   bool union_pass = false;
   // With splits > 1 (shared_rows without a union pass, split_k not balanced with topk <=
-  // kMaxChunk): tokens [0, unsplit_tokens) are computed whole, a CTA per group or head group,
-  // and only the later tokens are split (`splits` each, their partials in the workspace) and
-  // merged. The planner's just past whole waves (by at most half a wave): shared_rows' one wave
-  // of one-token groups, split_k's whole waves of one split (lists of 512-2048) unsplit, the
-  // tokens past them split into as many CTAs as fit the SMs the last whole wave frees. On an
-  // H100: 32 heads T = 133 132 unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3
-  // equal splits of every token; 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one
-  // split. 0: every token split alike.
-  int unsplit_tokens = 0;
+  // kMaxChunk): tokens [0, lead_tokens) take lead_splits splits each (1: the token whole, a CTA
+  // per group or head group; split_k: lead_splits runs of whole tiles), their CTAs first, and
+  // the later tokens `splits` each; both are merged, each by its own combine. The planner's just
+  // past whole waves (by at most half a wave): shared_rows' one wave of one-token groups,
+  // split_k's whole waves of one split (lists of 512-2048) unsplit, the tokens past them split
+  // into as many CTAs as fit the SMs the last whole wave frees (on an H100: 32 heads T = 133 132
+  // unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3 equal splits of every token;
+  // 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one split); and just past half a
+  // wave, where one split per token would leave half the SMs idle, half a wave of tokens in 2
+  // splits and the later ones in as many as fit after them (at least 8). 0: every token split alike.
+  int lead_tokens = 0;
+  int lead_splits = 1;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row
   // range in 64 parts) instead of index-position order: split_k sorts each CTA's valid rows,
   // shared_rows at 64 and 128 heads each token's list in the union pass (unions of several

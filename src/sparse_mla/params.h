@@ -42,10 +42,11 @@ struct SparseMlaParams {
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
   bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
-  // SparseMlaPlan::unsplit_tokens: tokens [0, unsplit_tokens) are computed whole, a CTA per
-  // group (shared rows) or head group (split-K, which then reads whole lists), which writes out
-  // and lse; the splits and their partials ([T - unsplit_tokens, H, splits]) are the later tokens'.
-  int unsplit_tokens;
+  // SparseMlaPlan::lead_tokens: tokens [0, lead_tokens) take lead_splits splits each (split-K:
+  // of lead_chunk positions; 1: the token whole, its CTA writes out and lse), their CTAs first;
+  // the later tokens take `splits`. Partials (partial_slot): the lead tokens' [lead_tokens, H,
+  // lead_splits] when they split, then the later tokens' [T - lead_tokens, H, splits].
+  int lead_tokens, lead_splits, lead_chunk;
   // Balanced split-K (SparseMlaPlan::balanced; balanced_slots 0: off): the main grid holds
   // balanced_slots split slots per head group. The schedule (make_sparse_mla_schedule; layout in
   // schedule_layout below) says which (token, split, splits) each slot computes and each token's
@@ -208,8 +209,8 @@ inline constexpr int kSharedRowsLongList = 1024;
 inline constexpr int kSharedRowsManyGroups = 8;
 inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // Just past whole waves (up to half a wave more) the planner splits only the tokens past them
-// (SparseMlaPlan::unsplit_tokens), into as many splits as their CTAs fit a wave (the SMs the
-// last whole wave frees take them at once), at most one per tile and kTailMaxSplits (the
+// (SparseMlaPlan::lead_tokens, unsplit), into as many splits as their CTAs fit a wave (the SMs
+// the last whole wave frees take them at once), at most one per tile and kTailMaxSplits (the
 // combine's mask of live splits): split-K past whole waves of one split, and shared rows'
 // one-token groups just past one wave (one wave of groups unsplit). No union pass: each CTA
 // compacts its token's list, as in one wave. Further on, up to kSharedRowsPastWaveMaxTenths / 10
@@ -221,6 +222,12 @@ inline constexpr int kTailMaxSplits = 64;
 // -> 68.5 µs, run 463; shorter lists were not measured: their whole CTA costs little more than a
 // split's setup and the combine's launch).
 inline constexpr int kSplitKTailMinList = 512;
+// Just past half a wave, where a plan's splits fall from 2 to 1 (split-K: T x head groups past
+// the SMs; shared rows: one-token groups past half the SMs), half a wave's worth of tokens take
+// 2 splits (SparseMlaPlan::lead_splits, one wave) and the later tokens as many as fit a wave
+// after it, if that is at least kLeadMinTailSplits (fewer: their round costs more than one
+// split on every token saves).
+inline constexpr int kLeadMinTailSplits = 8;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
@@ -300,19 +307,37 @@ inline bool shared_rows_row_order_fit(bool union_pass, int num_heads) {
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 
-// The split tokens of a plan with unsplit ones (SparseMlaPlan::unsplit_tokens), for the combine:
-// the tokens from p.unsplit_tokens on (their partials start at the workspace's first already).
-inline SparseMlaParams split_tokens_view(const SparseMlaParams& p) {
+// Partial slots of the lead tokens (SparseMlaPlan::lead_tokens), before the later tokens'.
+__host__ __device__ inline int64_t lead_partial_slots(const SparseMlaParams& p) {
+  return p.lead_splits > 1 ? int64_t{p.lead_tokens} * p.num_heads * p.lead_splits : 0;
+}
+// The partial slot (partial_out[slot * 512], partial_lse[slot]) of head h of token t's split s.
+__host__ __device__ inline int64_t partial_slot(const SparseMlaParams& p, int t, int h, int split) {
+  return t < p.lead_tokens ? (int64_t{t} * p.num_heads + h) * p.lead_splits + split
+                           : lead_partial_slots(p) + (int64_t{t - p.lead_tokens} * p.num_heads + h) * p.splits + split;
+}
+// For the combine, a plan with lead tokens as two plans of one split count each: the lead
+// tokens (when they split) and the later tokens, each with its own partials.
+inline SparseMlaParams lead_tokens_view(const SparseMlaParams& p) {
   SparseMlaParams v = p;
-  const int64_t t0 = p.unsplit_tokens;
+  v.num_tokens = p.lead_tokens;
+  v.splits = p.lead_splits;
+  v.chunk = p.lead_chunk;
+  v.lead_tokens = 0;
+  return v;
+}
+inline SparseMlaParams later_tokens_view(const SparseMlaParams& p) {
+  SparseMlaParams v = p;
+  const int64_t t0 = p.lead_tokens;
   v.q_nope += t0 * p.q_nope_token_stride;
   v.q_pe += t0 * p.q_pe_token_stride;
   v.indices += t0 * p.indices_token_stride;
   if (v.topk_lengths != nullptr) v.topk_lengths += t0;
   v.out += t0 * p.out_token_stride;
   v.lse += t0 * p.lse_token_stride;
-  v.num_tokens -= p.unsplit_tokens;
-  v.unsplit_tokens = 0;
+  if (v.partial_out != nullptr) v.partial_out += lead_partial_slots(p) * kCkvDim, v.partial_lse += lead_partial_slots(p);
+  v.num_tokens -= p.lead_tokens;
+  v.lead_tokens = 0;
   return v;
 }
 

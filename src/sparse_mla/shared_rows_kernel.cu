@@ -45,7 +45,8 @@
 //      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. Just past
 //      one wave (the planner's, up to 1.5 waves) the first CTAs each take a group whole and only
-//      the tokens past them are split (p.unsplit_tokens). At 64 and 128 heads with one wave of
+//      the tokens past them are split; just past half a wave the first tokens take 2 splits and
+//      the later ones more (p.lead_tokens, lead_splits). At 64 and 128 heads with one wave of
 //      CTAs (or just past it) there is no union or order pass: each CTA compacts its token's list
 //      itself and gathers its first two tiles while Q is still landing.
 //   At 32 heads below the union's line (up to 1.7 waves, the planner's) a CTA is one token's 32
@@ -841,26 +842,22 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   //    order pass's list (largest unions first). With splits, or without a union pass (few
   //    groups, no order pass) CTA b computes split b % splits of group b / splits, known before
   //    the union pass ends, so Q's loads go out before the wait; the combine may launch now (it
-  //    waits for this grid). With unsplit tokens (no union pass) the first CTAs each take one of
-  //    their groups whole, and the splits' numbering starts after them.
+  //    waits for this grid). With lead tokens (no union pass) the lead tokens' groups come
+  //    first, in lead_splits splits each (1: whole), then the later tokens' in `splits`.
   const bool split_plan = p.splits > 1;
-  const int unsplit_groups = p.unsplit_tokens * shared_rows_groups_per_token(group_heads);
-  bool split_out = false;  // this CTA writes partials for the combine, not out and lse
-  int group, split = 0;
+  int group, split = 0, splits = 1;  // this CTA's group, its split and its group's splits
   if (split_plan || !p.shared_rows_union_pass) {
     if (split_plan) ptx::launch_dependents();
-    if (static_cast<int>(blockIdx.x) < unsplit_groups) {
-      group = static_cast<int>(blockIdx.x);
-    } else {
-      const int b = static_cast<int>(blockIdx.x) - unsplit_groups;
-      group = unsplit_groups + b / p.splits;
-      split = b % p.splits;
-      split_out = split_plan;
-    }
+    const int b = static_cast<int>(blockIdx.x);
+    const int lead_groups = p.lead_tokens * shared_rows_groups_per_token(group_heads), lead_ctas = lead_groups * p.lead_splits;
+    splits = b < lead_ctas ? p.lead_splits : p.splits;
+    group = b < lead_ctas ? b / splits : lead_groups + (b - lead_ctas) / splits;
+    split = b < lead_ctas ? b % splits : (b - lead_ctas) % splits;
   } else {
     ptx::wait_prerequisites();
     group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
   }
+  const bool split_out = split_plan && splits > 1;  // partials for the combine, not out and lse
   const int64_t b0 = int64_t{group} * kTokens;  // the group's first head block
   // Row r of the tile: head block b0 + r / 16, so token (b0 + r / 16) >> block_shift and head
   // ((b0 + r / 16) & block_mask) * 16 + r % 16.
@@ -945,7 +942,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     return;
   }
   const bool write_partials = split_out && !fused;
-  const int tiles_per_split = write_partials ? shared_rows_split_tiles(union_tiles, p.splits) : union_tiles;
+  const int tiles_per_split = write_partials ? shared_rows_split_tiles(union_tiles, splits) : union_tiles;
   const int first_tile = min(split * tiles_per_split, union_tiles);
   const int num_tiles = min(tiles_per_split, union_tiles - first_tile);  // this CTA's
   const int entry0 = first_tile * kTileEntries;
@@ -1257,7 +1254,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
         const int t = token_of_row(row0 + 8 * r), h = head_of_row(row0 + 8 * r);
         const float lse = any ? m_run[r] + log2f(l) : -INFINITY;  // -inf: the combine drops this split
         if (live && write_partials)
-          p.partial_lse[(int64_t{t - p.unsplit_tokens} * p.num_heads + h) * p.splits + split] = lse;
+          p.partial_lse[partial_slot(p, t, h, split)] = lse;
         else if (live)
           p.lse[t * p.lse_token_stride + h] = lse;
       }
@@ -1407,8 +1404,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
           const int row = row0 + 8 * r;
           const bool live = row_live(row);  // every lane takes part in the stores' shuffles
           const float inv = r == 0 ? inv0 : inv1;
-          const int64_t dst = live ? ((int64_t{token_of_row(row) - p.unsplit_tokens} * p.num_heads + head_of_row(row)) * p.splits + split) * kCkvDim +
-                                         og * kDimsPerGroup : 0;
+          const int64_t dst = live ? partial_slot(p, token_of_row(row), head_of_row(row), split) * kCkvDim + og * kDimsPerGroup : 0;
 #pragma unroll
           for (int n = 0; n < kOAcc / 4; n += 2)
             store_partial_tiles(p.partial_out, dst + 8 * n, o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv,
@@ -1502,8 +1498,8 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   const bool split_out = p.splits > 1;
   auto* kernel = p.kv_fp8 ? (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, true> : sparse_mla_shared_rows_kernel<false, true>)
                           : (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, false> : sparse_mla_shared_rows_kernel<false, false>);
-  const int64_t unsplit_groups = int64_t{p.unsplit_tokens} * shared_rows_groups_per_token(group_heads);
-  const dim3 grid(static_cast<unsigned>(unsplit_groups + (groups - unsplit_groups) * p.splits));
+  const int64_t lead_groups = int64_t{p.lead_tokens} * shared_rows_groups_per_token(group_heads);
+  const dim3 grid(static_cast<unsigned>(lead_groups * p.lead_splits + (groups - lead_groups) * p.splits));
   // Each kernel after the first waits for the one before with griddepcontrol.wait. With splits
   // (groups taken in block order: nothing to order) the main kernel follows the union pass, and
   // the combine follows the main kernel. Without a union pass the main kernel reads only inputs.
@@ -1516,7 +1512,7 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, q_maps);
     DSA_CUDA_CHECK(cudaGetLastError());
   }
-  if (split_out) launch_sparse_mla_combine(split_tokens_view(p), stream);
+  if (split_out) launch_sparse_mla_combine(p, stream);
 }
 
 }  // namespace dsa::detail

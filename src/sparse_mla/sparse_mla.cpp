@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#ifdef DSA_WHATIF
+#include <cstdlib>
+#endif
 #include <limits>
 #include <mutex>
 #include <string>
@@ -28,19 +31,35 @@ using detail::require_vector_stride;
 // One partial: a split's bf16 output row (partials.cuh) and its fp32 lse.
 constexpr size_t kPartialBytes = kCkvDim * sizeof(uint16_t) + sizeof(float);
 
-// bf16 partial outputs [T, H, splits, 512] then fp32 partial lse [T, H, splits].
-size_t workspace_for(int num_tokens, int num_heads, int splits) {
-  return splits > 1 ? static_cast<size_t>(num_tokens) * num_heads * splits * kPartialBytes : 0;
+// Partial slots of a plan with splits: [T, H, splits], or with lead tokens (params.h) theirs
+// [lead, H, lead_splits] (when they split) and the later tokens' [T - lead, H, splits].
+size_t partial_slots(int num_tokens, int num_heads, int splits, int lead_tokens, int lead_splits) {
+  if (splits <= 1) return 0;
+  const size_t lead = lead_splits > 1 ? static_cast<size_t>(lead_tokens) * lead_splits : 0;
+  return (lead + static_cast<size_t>(num_tokens - lead_tokens) * splits) * num_heads;
+}
+// bf16 partial outputs [slots, 512] then fp32 partial lse [slots].
+size_t workspace_for(int num_tokens, int num_heads, int splits, int lead_tokens = 0, int lead_splits = 1) {
+  return partial_slots(num_tokens, num_heads, splits, lead_tokens, lead_splits) * kPartialBytes;
 }
 
 // The shared-rows kernel's: with a union pass each group's union, sizes and order (a 16-byte
-// multiple), then the partials of its splits (of the split tokens only: SparseMlaPlan::unsplit_tokens).
+// multiple), then the partials of its splits.
 size_t shared_rows_union_bytes(int num_tokens, int num_heads, int topk, bool union_pass) {
   return union_pass ? detail::shared_rows_workspace_bytes(detail::shared_rows_head_blocks(num_tokens, num_heads), topk) : 0;
 }
-size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int splits, bool union_pass, int unsplit_tokens) {
+size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk, int splits, bool union_pass, int lead_tokens, int lead_splits) {
   return shared_rows_union_bytes(num_tokens, num_heads, topk, union_pass) +
-         workspace_for(num_tokens - unsplit_tokens, num_heads, splits);
+         workspace_for(num_tokens, num_heads, splits, lead_tokens, lead_splits);
+}
+
+// Split-K's chunk for `splits` splits of a topk list in tiles of block_keys rows (whole tiles).
+int splitk_chunk(int64_t topk, int64_t splits, int block_keys) {
+  return static_cast<int>(std::min<int64_t>(SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), block_keys) * block_keys));
+}
+// A split-K plan's lead tokens' chunk: the whole list unsplit, else lead_splits of whole tiles.
+int splitk_lead_chunk(const SparseMlaPlan& plan) {
+  return plan.lead_splits == 1 ? plan.topk : splitk_chunk(plan.topk, plan.lead_splits, plan.block_keys);
 }
 
 // Balanced split-K's workspace: bf16 partial outputs [slots, H, 512] and fp32 lse [slots, H], by split slot.
@@ -71,8 +90,7 @@ void set_balanced(detail::SparseMlaParams& p, const SparseMlaPlan& plan, void* w
 void set_partials(detail::SparseMlaParams& p, void* workspace, size_t offset) {
   if (p.splits <= 1) return;
   p.partial_out = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(workspace) + offset);
-  const size_t split_tokens = static_cast<size_t>(p.num_tokens - p.unsplit_tokens);
-  p.partial_lse = reinterpret_cast<float*>(p.partial_out + split_tokens * p.num_heads * p.splits * kCkvDim);
+  p.partial_lse = reinterpret_cast<float*>(p.partial_out + partial_slots(p.num_tokens, p.num_heads, p.splits, p.lead_tokens, p.lead_splits) * kCkvDim);
 }
 
 struct ResolvedStrides {
@@ -126,6 +144,7 @@ void validate_sharing(IndexSharing sharing) {
 detail::SparseMlaParams make_params(const SparseMlaProblem& p) {
   const ResolvedStrides s = resolve(p);
   detail::SparseMlaParams k{};
+  k.lead_splits = 1;
   k.q_nope = static_cast<const uint16_t*>(p.q_nope);
   k.q_pe = static_cast<const uint16_t*>(p.q_pe);
   k.ckv = static_cast<const uint16_t*>(p.ckv_cache);
@@ -243,15 +262,22 @@ static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
     fail("plan", "inconsistent fused_rows");
 }
 
-// A plan's unsplit_tokens, checked by the forward: 0, or fewer than its tokens in a plan with
-// splits: shared_rows without a union pass, split_k not balanced and with lists an unsplit CTA
-// can hold (topk <= kMaxChunk).
-static void check_plan_unsplit_tokens(const SparseMlaPlan& plan) {
-  if (plan.unsplit_tokens == 0) return;
-  const bool kernel_takes_them = plan.kernel == SparseMlaKernel::shared_rows ? !plan.union_pass
-                                                                             : !plan.balanced && plan.topk <= SparseMlaPlan::kMaxChunk;
-  if (plan.unsplit_tokens < 0 || plan.unsplit_tokens >= plan.num_tokens || plan.splits < 2 || !kernel_takes_them)
-    fail("plan", "inconsistent unsplit_tokens");
+// A plan's lead tokens (SparseMlaPlan::lead_tokens), checked by the forward: none, or fewer than
+// its tokens in a plan with splits, lead_splits in [1, kTailMaxSplits]: shared_rows without a
+// union pass; split_k not balanced, with lists a lead CTA can hold (topk <= kMaxChunk) and
+// lead_splits of whole tiles, none empty.
+static void check_plan_lead_tokens(const SparseMlaPlan& plan) {
+  if (plan.lead_tokens == 0) return;
+  const auto lead_splits_fit = [&] {
+    const int chunk = splitk_lead_chunk(plan);
+    return plan.lead_splits == 1 || int64_t{chunk} * (plan.lead_splits - 1) < plan.topk;
+  };
+  const bool kernel_takes_them = plan.kernel == SparseMlaKernel::shared_rows
+                                     ? !plan.union_pass
+                                     : !plan.balanced && plan.topk <= SparseMlaPlan::kMaxChunk && lead_splits_fit();
+  if (plan.lead_tokens < 0 || plan.lead_tokens >= plan.num_tokens || plan.splits < 2 || plan.lead_splits < 1 ||
+      plan.lead_splits > detail::kTailMaxSplits || !kernel_takes_them)
+    fail("plan", "inconsistent lead_tokens / lead_splits");
 }
 
 // A balanced choice: -1, 0 or 1.
@@ -326,6 +352,11 @@ static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice,
   plan.schedule_bytes = T > 0 ? detail::schedule_layout(T, slots).bytes : 0;
   return plan;
 }
+
+// A plan's lead tokens (SparseMlaPlan::lead_tokens): theirs splits, the later tokens'; splits 0: none.
+struct LeadPlan {
+  int64_t lead_tokens = 0, lead_splits = 1, splits = 0;
+};
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
                               IndexSharing sharing, KvCacheFormat kv_format) {
@@ -432,8 +463,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     return ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
   };
   // One-token groups just past one wave (params.h: up to half a wave more): one wave of groups
-  // unsplit, the tokens past it in the returned splits; 0 elsewhere (fewer than 2 splits). It
-  // took over from 2-3 equal splits of every group (and at 64 and 128 heads past 1.35 waves the
+  // unsplit, the tokens past it split (at least 2 splits). It took over from 2-3 equal splits of every group (and at 64 and 128 heads past 1.35 waves the
   // union pass), runs 458-459 on the H100, random lists of 2048, µs: 32 heads T = 133 / 150 / 176
   // / 198 168.7 / 176.6 / 185.3 / 200.8 -> 128.7 / 145.0 / 167.1 / 184.7; 64 heads T = 133 / 160 /
   // 190 181.9 / 196.2 / 209.8 -> 131.6 / 158.1 / 185.8; 128 heads T = 67 / 80 / 99 154.7 / 164.1 /
@@ -443,15 +473,27 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // a wave the split CTAs would need several rounds, whose setups lose on full lists (32 heads
   // T = 200 202.0 against 212.6 / 214.7 / 245.4 with 4 / 8 / 16 splits, 128 heads T = 112 198.1
   // against 190.7 / 221.6; only mixed lengths gain: 32 heads runs T = 200 132.3 against 113.2).
-  const auto tail_splits = [&](int64_t groups, int groups_per_token) -> int64_t {
-    const int64_t unsplit_groups = dev.sm_count / groups_per_token * groups_per_token;
-    if (groups <= unsplit_groups) return 0;
-    const int64_t s = std::min<int64_t>({dev.sm_count / (groups - unsplit_groups), shared_rows_tiles, detail::kTailMaxSplits});
-    return s >= 2 ? ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, s)) : 0;  // no split left empty by a full list
+  int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
+#ifdef DSA_WHATIF
+  if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
+#endif
+  // Lead tokens (params.h, SparseMlaPlan::lead_tokens) for one-token groups just past one wave
+  // (one wave of groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
+  // the later tokens in as many splits as fit the SMs after them; none where too few fit.
+  const auto shared_rows_lead = [&](int64_t groups, int groups_per_token) -> LeadPlan {
+    const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
+    const auto later = [&](int64_t lead_groups, int64_t lead_splits, int64_t min_splits) -> LeadPlan {
+      const int64_t fit = std::min<int64_t>({dev.sm_count / (groups - lead_groups), shared_rows_tiles, detail::kTailMaxSplits});
+      if (fit < min_splits) return {};
+      return {lead_groups / groups_per_token, lead_splits, ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, fit))};
+    };
+    if (groups > wave) return later(wave, 1, 2);
+    if (groups > half && half > 0) return later(half, 2, lead_min_tail_splits);
+    return {};
   };
+  LeadPlan lead;  // the shared-rows plan's
   bool one_token_32_heads = false;    // 32 heads in one-token groups (shared_rows_group_heads)
-  bool one_token_past_wave = false;   // one-token groups past one wave, no union pass
-  int64_t tail = 0, unsplit_tokens = 0;  // tail_splits' plan: its splits and unsplit tokens
+  bool one_token_past_wave = false;   // 32 heads: one-token groups up to 1.7 waves, no union pass
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
@@ -462,11 +504,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // in the first wave (runs of 1-2048 rows 64 heads T = 179 / 224 127.9 / 134.5 against 133.6 /
     // 156.4 without it, 128 heads T = 100 107.0 against 128.2; full lists do not repay it: 64
     // heads T = 200 213.1 against 207.5; runs 449-450).
-    const int groups_per_token = detail::shared_rows_groups_per_token(num_heads);
-    tail = tail_splits(shared_rows_ctas, groups_per_token);
-    one_token_past_wave = tail > 0;
-    if (tail > 0) unsplit_tokens = dev.sm_count / groups_per_token;
-    shared_rows_splits = tail > 0 ? tail : one_token_splits(shared_rows_ctas);
+    lead = shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads));
+    shared_rows_splits = lead.splits > 0 ? lead.splits : one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
   // kSharedRowsMinList positions or more.
@@ -482,14 +521,13 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // against 202.1 / 204.8, runs of 1-2048 rows T = 200 / 224 192.0 / 196.3 against 133.3 /
     // 149.5; fp8, split-K there, T = 200 239.1 against 193.2; runs 448-450).
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
-      tail = tail_splits(num_tokens, 1);
       one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
-      if (tail > 0) unsplit_tokens = dev.sm_count;
       one_token_32_heads = one_token_past_wave || (!shared_rows_pays && num_tokens <= dev.sm_count);
     }
     if (one_token_32_heads) {
       shared_rows_pays = true;
-      shared_rows_splits = tail > 0 ? tail : one_token_splits(num_tokens);
+      lead = shared_rows_lead(num_tokens, 1);
+      shared_rows_splits = lead.splits > 0 ? lead.splits : one_token_splits(num_tokens);
     }
   } else if (tokens_per_group == 4)  // 16 heads
     shared_rows_pays = hint_allows && shared_rows_fills_waves &&
@@ -514,26 +552,31 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
         topk, detail::shared_rows_split_tiles(shared_rows_tiles, plan.splits) * int64_t{detail::kSharedRowsTileEntries}));
     const bool one_token = planner_picks_shared_rows && one_token_32_heads;  // 32 heads: forced plans unite 2 tokens
     const int group_heads = detail::shared_rows_group_heads(num_heads, !one_token);
-    plan.unsplit_tokens = planner_picks_shared_rows ? static_cast<int>(unsplit_tokens) : 0;
+    if (planner_picks_shared_rows && lead.splits > 0) {
+      plan.lead_tokens = static_cast<int>(lead.lead_tokens);
+      plan.lead_splits = static_cast<int>(lead.lead_splits);
+    }
     const int64_t groups = detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads));
-    const int64_t unsplit_groups = int64_t{plan.unsplit_tokens} * detail::shared_rows_groups_per_token(group_heads);
-    plan.ctas = launch_ctas(unsplit_groups + (groups - unsplit_groups) * plan.splits);
+    const int64_t lead_groups = int64_t{plan.lead_tokens} * detail::shared_rows_groups_per_token(group_heads);
+    plan.ctas = launch_ctas(lead_groups * plan.lead_splits + (groups - lead_groups) * plan.splits);
     // Fused rows with splits and one token per group: a list of at most one split's entries is
     // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
     const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
     check_fused_rows_choice(choice, fusable);
     plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-    // One token per group in one wave, or the planner's past one wave: each CTA compacts its
-    // token's list (no union pass, and no order pass, which only matters across waves).
+    // One token per group in one wave, or the planner's lead tokens or 32 heads past one wave:
+    // each CTA compacts its token's list (no union pass, and no order pass, which only matters
+    // across waves).
     plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 &&
-                        (plan.ctas <= dev.sm_count || (planner_picks_shared_rows && one_token_past_wave)));
+                        (plan.ctas <= dev.sm_count || (planner_picks_shared_rows && (lead.splits > 0 || one_token_past_wave))));
     // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
     // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
     // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
     plan.row_order = resolve_row_order(choice, detail::shared_rows_row_order_fit(plan.union_pass, num_heads), num_heads == 64,
                                        num_tokens, topk, sharing);
-    plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0);
-    plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass, plan.unsplit_tokens);
+    plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0) +
+                                              (plan.lead_splits > 1 ? 1 : 0);
+    plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass, plan.lead_tokens, plan.lead_splits);
     return plan;
   }
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
@@ -576,19 +619,25 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // 210.1 / 323.3 -> 132.3 / 249.5, topk 512 T = 265 87.6 -> 68.5, 32 heads topk 512 T = 133 /
   // 150 74.5 / 83.0 -> 54.6 / 62.7; mixed lengths gain or lose a little (16 heads runs of 1-2048
   // rows T = 300 / 529 180.6 / 279.2 -> 173.9 / 281.9, 32 heads topk 1000 T = 140 75.6 -> 78.2).
-  int64_t splitk_unsplit_tokens = 0;
+  // (and just past half a wave, where one split per token would leave half the slots idle,
+  // half a wave's tokens in 2 splits and the later ones as many as fit a wave after them).
+  LeadPlan splitk_lead;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
-  const int64_t past_waves = token_slots > 0 ? num_tokens % token_slots : 0;
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
-      topk <= SparseMlaPlan::kMaxChunk && num_tokens > token_slots && past_waves > 0) {
-    const int tile = fp8 && topk >= detail::kFp8WideTileMinChunk ? 64 : detail::kPlannerBlockKeys;  // an unsplit CTA's (below)
+      topk <= SparseMlaPlan::kMaxChunk && token_slots > 0 && num_tokens > token_slots / 2) {
+    const int tile = fp8 && topk >= detail::kFp8WideTileMinChunk ? 64 : detail::kPlannerBlockKeys;  // a lead CTA's (below)
     const int64_t tiles = ceil_div(topk, tile);
-    const int64_t fit = std::min<int64_t>({token_slots / past_waves, tiles, detail::kTailMaxSplits});
-    if (fit >= 2) {
-      splitk_unsplit_tokens = num_tokens - past_waves;
+    const auto later = [&](int64_t lead_tokens, int64_t lead_splits, int64_t min_splits) -> LeadPlan {
+      const int64_t fit = std::min<int64_t>({token_slots / (num_tokens - lead_tokens), tiles, detail::kTailMaxSplits});
+      if (fit < min_splits) return {};
+      return {lead_tokens, lead_splits, ceil_div(tiles, ceil_div(tiles, fit))};
+    };
+    const int64_t past_waves = num_tokens % token_slots;
+    splitk_lead = num_tokens > token_slots ? (past_waves > 0 ? later(num_tokens - past_waves, 1, 2) : LeadPlan{})
+                                           : later(token_slots / 2, 2, lead_min_tail_splits);
+    if (splitk_lead.splits > 0) {
       plan.block_keys = tile;
-      const int64_t splits_of_tail = ceil_div(tiles, ceil_div(tiles, fit));  // none left empty by a full list
-      plan.chunk = static_cast<int>(ceil_div(tiles, splits_of_tail) * tile);
+      plan.chunk = static_cast<int>(ceil_div(tiles, splitk_lead.splits) * tile);
     }
   }
   // fp8 with splits of >= 1024 positions: 64-row tiles (still two CTAs per SM, where bf16's take
@@ -597,8 +646,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // docs/perf.md runs 344-345).
   if (fp8 && choice.block_keys == 0 && plan.chunk >= detail::kFp8WideTileMinChunk) plan.block_keys = 64;
   plan.splits = static_cast<int>(ceil_div(topk, plan.chunk));  // no empty trailing split
-  plan.unsplit_tokens = static_cast<int>(splitk_unsplit_tokens);
-  plan.ctas = launch_ctas((splitk_unsplit_tokens + (num_tokens - splitk_unsplit_tokens) * plan.splits) * (num_heads / kHeadGroup));
+  if (splitk_lead.splits > 0) {
+    plan.lead_tokens = static_cast<int>(splitk_lead.lead_tokens);
+    plan.lead_splits = static_cast<int>(splitk_lead.lead_splits);
+  }
+  plan.ctas = launch_ctas((int64_t{plan.lead_tokens} * plan.lead_splits + (num_tokens - plan.lead_tokens) * int64_t{plan.splits}) *
+                          (num_heads / kHeadGroup));
   // Fused rows: a token with at most one chunk's worth of valid indices (short contexts, the
   // -1 padding of an indexer with fewer candidates than topk) is finished by its first split
   // alone. That CTA does no more tile work than any split of the plan, and the token needs no
@@ -614,8 +667,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
   // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144).
   plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing);
-  plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) : 0;
-  plan.workspace_bytes = workspace_for(num_tokens - plan.unsplit_tokens, num_heads, plan.splits);
+  plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) + (plan.lead_splits > 1 ? 1 : 0) : 0;  // + the lead tokens' combine
+  plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits, plan.lead_tokens, plan.lead_splits);
   return plan;
 }
 
@@ -673,7 +726,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline) {
   validate(problem);
   check_plan_shape(problem, plan);
-  check_plan_unsplit_tokens(plan);
+  check_plan_lead_tokens(plan);
   if (!plan.balanced && problem.schedule != nullptr)
     fail("schedule", "is set, but the plan is not balanced (SparseMlaPlan::balanced)");
   if (plan.kernel == SparseMlaKernel::shared_rows) {
@@ -690,13 +743,14 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     if (problem.num_tokens == 0) return;
     const int T = problem.num_tokens, H = problem.num_heads;
     require_workspace(workspace, workspace_bytes,
-                      shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass, plan.unsplit_tokens));
+                      shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass, plan.lead_tokens, plan.lead_splits));
     detail::SparseMlaParams k = make_params(problem);
     k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
     k.shared_rows_union_pass = plan.union_pass;
     k.splits_over_entries = true;
     k.splits = plan.splits;
-    k.unsplit_tokens = plan.unsplit_tokens;
+    k.lead_tokens = plan.lead_tokens;
+    k.lead_splits = plan.lead_splits;
     check_plan_fused_rows(plan, detail::shared_rows_fused_rows_fit(plan.splits, group_heads));
     k.fused_rows = plan.fused_rows;
     if (plan.row_order && !detail::shared_rows_row_order_fit(plan.union_pass, plan.num_heads))
@@ -730,12 +784,15 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     fail("plan", "inconsistent (block_keys, splits, chunk)");
   check_plan_fused_rows(plan, detail::fused_rows_fit(plan.splits, plan.topk, plan.chunk));
   if (problem.num_tokens == 0) return;
-  require_workspace(workspace, workspace_bytes, workspace_for(problem.num_tokens - plan.unsplit_tokens, problem.num_heads, plan.splits));
+  require_workspace(workspace, workspace_bytes,
+                    workspace_for(problem.num_tokens, problem.num_heads, plan.splits, plan.lead_tokens, plan.lead_splits));
   detail::SparseMlaParams k = make_params(problem);
   k.block_keys = plan.block_keys;
   k.splits = plan.splits;
   k.chunk = plan.chunk;
-  k.unsplit_tokens = plan.unsplit_tokens;
+  k.lead_tokens = plan.lead_tokens;
+  k.lead_splits = plan.lead_splits;
+  k.lead_chunk = splitk_lead_chunk(plan);
   k.fused_rows = plan.fused_rows;
   set_row_order(k, plan);
   set_partials(k, workspace, 0);

@@ -19,8 +19,9 @@
 //      fp32 lse, which a combine kernel (programmatic dependent launch) merges in fp32.
 // Lists of at most 2 valid rows (kLeanRows) in a CTA that writes bf16 skip steps 3-6 after the
 // compaction: each warp finishes 4 heads with FMAs from registers (lean_rows_forward).
-// Unsplit tokens (plan.unsplit_tokens, splits > 1): the first tokens' CTAs read and compute
-// their whole lists and write bf16 out + lse; the split CTAs are the later tokens'.
+// Lead tokens (plan.lead_tokens, splits > 1): the first tokens' CTAs come first, in lead_splits
+// runs of lead_chunk positions (1: the whole list, written as bf16 out + lse); the later tokens'
+// take `splits` of `chunk`, and each set of partials has its own combine.
 // Fused rows (plan.fused_rows > 0, splits > 1): every CTA reads its token's whole index list
 // and compacts it; a token with at most fused_rows valid rows is finished by split 0 alone
 // (bf16 out + lse, no partials), the other splits leave at once, and the combine, counting the
@@ -124,7 +125,7 @@
 //                and a combine whose select around each load and its widening serialised its loads.
 //   v24 8118f01  past whole waves of one split (at most half a wave more, the planner's): the
 //                whole waves' tokens unsplit (an unsplit CTA reads its whole list), the tokens
-//                past them split, partials for those only (SparseMlaPlan::unsplit_tokens). 16 heads
+//                past them split, partials for those only (SparseMlaPlan::lead_tokens). 16 heads
 //                random (run 463, us): T = 265 / 300 / 529 / 800 266.5 / 292.7 / 410.2 / 561.5 ->
 //                167.0 / 199.7 / 315.9 / 474.6; fp8 T = 265 210.1 -> 132.3; 32 heads topk 512
 //                T = 133 74.5 -> 54.6. The targets' plans are unchanged.
@@ -666,7 +667,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // griddepcontrol.wait for this grid's memory, so its launch latency hides behind our work.
   if (p.splits > 1) ptx::launch_dependents();
   int t, split, token_splits = p.splits;  // token_splits: this CTA's token's (balanced)
-  bool unsplit = false;  // the CTA takes its token's whole list (SparseMlaPlan::unsplit_tokens)
+  bool lead = false;  // a lead token's CTA (SparseMlaPlan::lead_tokens): lead_splits of lead_chunk
   if constexpr (kBalanced) {
     const int slot = blockIdx.x / head_groups;
     const int4 header = __ldcg(p.schedule), entry = __ldcg(p.schedule + 1 + slot);
@@ -677,20 +678,19 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       return;
     }
     t = entry.x, split = entry.y, token_splits = entry.z;
-  } else if (static_cast<int>(blockIdx.x / head_groups) < p.unsplit_tokens) {
-    unsplit = true;
-    t = blockIdx.x / head_groups, split = 0;
-  } else {  // splits of the tokens past the unsplit ones
-    const int b = static_cast<int>(blockIdx.x / head_groups) - p.unsplit_tokens;
-    split = b % p.splits;
-    t = p.unsplit_tokens + b / p.splits;
+  } else {  // (token, split) slots, the lead tokens' first
+    const int slot = static_cast<int>(blockIdx.x / head_groups), lead_slots = p.lead_tokens * p.lead_splits;
+    lead = slot < lead_slots;
+    t = lead ? slot / p.lead_splits : p.lead_tokens + (slot - lead_slots) / p.splits;
+    split = lead ? slot % p.lead_splits : (slot - lead_slots) % p.splits;
   }
+  const bool unsplit = lead && p.lead_splits == 1;  // the token's whole list: out and lse, no partials
 
   // 1. Raw indices into registers first: they head the critical path (indices -> rows), so
   //    their DRAM latency should overlap everything else in the prologue.
   //    With fused rows on, every CTA reads the token's whole list (topk <= kMaxChunk): it
   //    counts the token's valid rows and finds its own chunk's rows in the compaction.
-  const int chunk = unsplit ? p.topk : p.chunk;
+  const int chunk = lead ? p.lead_chunk : p.chunk;
   const int pos0 = kBalanced ? 0 : split * chunk;
   const int npos = min(chunk, p.topk - pos0);
   const bool whole_list = kBalanced || p.fused_rows > 0;
@@ -768,7 +768,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       nvalid = max(0, min(nlisted, (split + 1) * tiles / token_splits * BK) - row0);
     }
   } else if (unsplit) {
-    fused = true;  // its token's whole list: out and lse, no partials
+    fused = true;
   } else if (whole_list) {
     if (nlisted <= p.fused_rows) {
       if (split != 0) {  // split 0 does it; the combine skips the token too
@@ -1134,17 +1134,16 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
                        o_acc[2 * chunk][2 * r + 1] * inv_l[r], o_acc[2 * chunk + 1][2 * r + 1] * inv_l[r]);
   };
   const int g = lane / 4;
-  // The partial slot of head h0 + i: [T, H, splits], or balanced [split slot, H].
-  const auto partial_slot = [&](int i) {
-    return kBalanced ? (int64_t)(blockIdx.x / head_groups) * p.num_heads + h0 + i
-                     : ((int64_t)(t - p.unsplit_tokens) * p.num_heads + h0 + i) * p.splits + split;
+  // The partial slot of head h0 + i: params.h's, or balanced [split slot, H].
+  const auto slot_of_head = [&](int i) {
+    return kBalanced ? (int64_t)(blockIdx.x / head_groups) * p.num_heads + h0 + i : partial_slot(p, t, h0 + i, split);
   };
   if (split_out) {
     // Partials straight from the fragments: a quad fills one whole sector per store.
     if (nvalid > 0) {  // the combine never reads O of an empty split
 #pragma unroll
       for (int r = 0; r < 2; ++r) {  // rows g and g + 8
-        const int64_t dst = partial_slot(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV;
+        const int64_t dst = slot_of_head(g + 8 * r) * kCkvDim + warp * kDimsPerWarpV;
         if constexpr (kFp8) {  // dims 16 D + 2 quad_col .. + 3: a quad's 4 x 8 bytes are one whole sector
 #pragma unroll
           for (int chunk = 0; chunk < kDimsPerWarpV / 16; ++chunk)
@@ -1159,7 +1158,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     }
     if (lane % 4 == 0 && warp == 0) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) p.partial_lse[partial_slot(g + 8 * r)] = lse[r];
+      for (int r = 0; r < 2; ++r) p.partial_lse[slot_of_head(g + 8 * r)] = lse[r];
     }
   } else {
     __syncthreads();  // every warp is done reading the tiles
@@ -1472,7 +1471,7 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
   auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8>;
-  const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.unsplit_tokens > 0, p.topk, p.chunk));
+  const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.lead_tokens > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
   int device = 0;
@@ -1481,7 +1480,8 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::smem_bytes(kMaxChunk)));
     configured_smem[device] = Shape::smem_bytes(kMaxChunk);
   }
-  const int64_t token_ctas = kBalanced ? p.balanced_slots : p.unsplit_tokens + int64_t{p.num_tokens - p.unsplit_tokens} * p.splits;
+  const int64_t token_ctas =
+      kBalanced ? p.balanced_slots : int64_t{p.lead_tokens} * p.lead_splits + int64_t{p.num_tokens - p.lead_tokens} * p.splits;
   const int64_t ctas = token_ctas * (p.num_heads / kHeadGroup);
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
@@ -1536,7 +1536,7 @@ void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int
         default: launch_splitk<64>(p, stream); break;
       }
   }
-  if (p.splits > 1) launch_sparse_mla_combine(split_tokens_view(p), stream);
+  if (p.splits > 1) launch_sparse_mla_combine(p, stream);
 }
 
 void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {
@@ -1554,7 +1554,9 @@ auto combine_many_for(int parts) {
                       : sparse_mla_combine_many_kernel<1, kBalanced>;
 }
 
-void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
+namespace {
+// The combine of a plan whose tokens all take p.splits splits.
+void launch_combine_of(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
   const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
   if (p.balanced_slots > 0) {
@@ -1573,6 +1575,16 @@ void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
   const bool few = p.splits <= kFewSplits;
   const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
   launch_dependent(few ? sparse_mla_combine_few_kernel : combine_many_for<false>(parts), grid, dim3(kCombineThreads), 0, stream, p);
+}
+
+}  // namespace
+
+// With lead tokens (params.h) two combines, each of one split count: the lead tokens' when they
+// split, then the later tokens' (each waits for the kernel before it, so the second for the
+// first, which waits for the main kernel).
+void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
+  if (p.lead_tokens > 0 && p.lead_splits > 1) launch_combine_of(lead_tokens_view(p), stream);
+  if (p.num_tokens > p.lead_tokens) launch_combine_of(later_tokens_view(p), stream);
 }
 
 }  // namespace dsa::detail

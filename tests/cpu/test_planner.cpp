@@ -39,24 +39,37 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         const int64_t head_blocks = int64_t(T) * (H / 16);
         const int groups_per_token = std::max(H / 64, 1);
         const int64_t groups = one_token ? int64_t(T) * groups_per_token : (head_blocks + 3) / 4;
-        const int64_t unsplit_groups = int64_t(p.unsplit_tokens) * groups_per_token;
-        EXPECT_EQ(int64_t(p.ctas), shared_rows ? unsplit_groups + (groups - unsplit_groups) * p.splits
-                                               : (int64_t(p.unsplit_tokens) + int64_t(T - p.unsplit_tokens) * p.splits) * (H / 16));
+        const int64_t lead_groups = int64_t(p.lead_tokens) * groups_per_token;
+        EXPECT_EQ(int64_t(p.ctas), shared_rows ? lead_groups * p.lead_splits + (groups - lead_groups) * p.splits
+                                               : (int64_t(p.lead_tokens) * p.lead_splits + int64_t(T - p.lead_tokens) * p.splits) * (H / 16));
         const int tiles = (topk + 31) / 32;
-        // Just past whole waves (at most half a wave more): shared rows' one wave of one-token
-        // groups, split-K's whole waves of one split (264 CTAs, lists of 512-2048) unsplit; the
-        // tokens past them in as many splits as fit a wave, none left empty by a full list.
-        const bool just_past_wave = one_token && groups > 132 && (groups - 132) * 2 <= 132 && tiles >= 2;
-        const int64_t token_slots = 264 / (H / 16), past_waves = T % token_slots;
-        const bool splitk_past_waves = !shared_rows && topk >= 512 && topk <= 2048 && T > token_slots && past_waves > 0 &&
-                                       past_waves * 2 <= token_slots;
-        EXPECT_EQ(p.unsplit_tokens, just_past_wave ? 132 / groups_per_token : splitk_past_waves ? T - past_waves : 0);
+        // Lead tokens: just past whole waves (at most half a wave more) shared rows' one wave of
+        // one-token groups, split-K's whole waves of one split (264 CTAs, lists of 512-2048),
+        // unsplit; just past half a wave half a wave of them in 2 splits; the tokens past them in
+        // as many splits as fit a wave (at least 2, or 8 past half a wave), none left empty by a
+        // full list.
         const auto splits_of = [](int64_t tiles, int64_t fit) { return (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit); };
-        if (just_past_wave) EXPECT_EQ(p.splits, splits_of(tiles, std::min<int64_t>({132 / (groups - 132), tiles, 64})));
-        if (splitk_past_waves) EXPECT_EQ(p.splits, splits_of(tiles, std::min<int64_t>({token_slots / past_waves, tiles, 64})));
+        int64_t want_lead = 0, want_lead_splits = 1, want_splits = 0;
+        const auto expect_lead = [&](int64_t lead, int64_t lead_splits, int64_t later, int64_t slots, int64_t t, int64_t min_fit) {
+          const int64_t fit = std::min<int64_t>({slots / later, t, 64});
+          if (fit >= min_fit) want_lead = lead, want_lead_splits = lead_splits, want_splits = splits_of(t, fit);
+        };
+        const int64_t token_slots = 264 / (H / 16);
+        if (one_token && groups > 132 / groups_per_token * groups_per_token)
+          expect_lead(132 / groups_per_token, 1, groups - 132 / groups_per_token * groups_per_token, 132, tiles, 2);
+        else if (one_token && groups > 66 / groups_per_token * groups_per_token)
+          expect_lead(66 / groups_per_token, 2, groups - 66 / groups_per_token * groups_per_token, 132, tiles, 8);
+        else if (!shared_rows && topk >= 512 && topk <= 2048 && T > token_slots && T % token_slots > 0)
+          expect_lead(T - T % token_slots, 1, T % token_slots, token_slots, tiles, 2);
+        else if (!shared_rows && topk >= 512 && topk <= 2048 && T > token_slots / 2 && T <= token_slots)
+          expect_lead(token_slots / 2, 2, T - token_slots / 2, token_slots, tiles, 8);
+        EXPECT_EQ(p.lead_tokens, want_lead);
+        EXPECT_EQ(p.lead_splits, want_lead_splits);
+        if (want_lead > 0) EXPECT_EQ(p.splits, want_splits);
+        const bool just_past_wave = want_lead > 0 && want_lead_splits == 1;
         if (shared_rows) {
           EXPECT_LE(topk, SparseMlaPlan::kMaxChunk);
-          if (p.splits > 1 && !just_past_wave) EXPECT_TRUE(one_token && groups * p.splits <= 132);
+          if (p.splits > 1 && want_lead == 0) EXPECT_TRUE(one_token && groups * p.splits <= 132);
           if (p.chunk < topk) EXPECT_EQ(p.chunk % 32, 0) << "whole union tiles per split";
           // One wave of one-token groups, just past it, or at 32 heads up to 1.7 waves of them
           // unsplit: CTAs compact their lists.
@@ -68,11 +81,13 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
         // sizes, the order), each array rounded up to 16 bytes; then the partials of its splits.
         const size_t union_bytes = (16 + (4 * size_t(topk) + 32) * 4 + (4 * size_t(topk) + 8) * 2 + 127) / 128 * 128;
-        const size_t partials = p.splits > 1 ? size_t(T - p.unsplit_tokens) * H * p.splits * (512 * 2 + 4) : 0;
+        const size_t lead_slots = p.lead_splits > 1 ? size_t(p.lead_tokens) * p.lead_splits : 0;
+        const size_t partials = p.splits > 1 ? (lead_slots + size_t(T - p.lead_tokens) * p.splits) * H * (512 * 2 + 4) : 0;
         const size_t unions = shared_rows && p.union_pass ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16) : 0;
         EXPECT_EQ(p.workspace_bytes, unions + partials);
-        const int launches = shared_rows ? (p.union_pass ? 1 : 0) + (p.union_pass && p.splits == 1 ? 1 : 0) + 1 + (p.splits > 1 ? 1 : 0)
-                                         : (p.splits > 1 ? 2 : 1);
+        const int launches = (shared_rows ? (p.union_pass ? 1 : 0) + (p.union_pass && p.splits == 1 ? 1 : 0) + 1 + (p.splits > 1 ? 1 : 0)
+                                          : (p.splits > 1 ? 2 : 1)) +
+                             (p.lead_splits > 1 ? 1 : 0);  // the lead tokens' own combine
         EXPECT_EQ(p.launches, T == 0 ? 0 : launches);
         // Fused rows exactly where the kernel can count a whole list and find split starts
         // (shared rows: where a group is one token's list).
@@ -317,7 +332,7 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
       EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
       EXPECT_FALSE(p.union_pass) << T;
       EXPECT_EQ(p.splits, splits) << T;
-      EXPECT_EQ(p.unsplit_tokens, unsplit) << T;
+      EXPECT_EQ(p.lead_tokens, unsplit) << T;
       EXPECT_EQ(p.ctas, unsplit + (T - unsplit) * splits) << T;
       EXPECT_EQ(p.fused_rows, splits > 1 ? p.chunk : 0) << T;
       EXPECT_EQ(p.launches, splits > 1 ? 2 : 1) << T;
@@ -469,7 +484,7 @@ TEST(Planner, OneTokenGroupsJustPastOneWaveSplitOnlyTheTokensPastIt) {
       EXPECT_EQ(p.union_pass, splits == 1) << what;
       EXPECT_EQ(p.row_order, splits == 1 && H == 64) << what;  // sorted in the union pass
       EXPECT_EQ(p.splits, splits) << what;
-      EXPECT_EQ(p.unsplit_tokens, unsplit) << what;
+      EXPECT_EQ(p.lead_tokens, unsplit) << what;
       EXPECT_EQ(p.ctas, (unsplit + (T - unsplit) * splits) * groups_per_token) << what;
       EXPECT_EQ(p.launches, splits > 1 ? 2 : 3) << what;
       if (splits > 1) {
@@ -483,12 +498,41 @@ TEST(Planner, OneTokenGroupsJustPastOneWaveSplitOnlyTheTokensPastIt) {
   forced.kernel = PlanChoice::Kernel::shared_rows;
   const SparseMlaPlan f = plan_sparse_mla(133, 64, 2048, kH100, forced);
   EXPECT_TRUE(f.union_pass);
-  EXPECT_EQ(f.unsplit_tokens, 0);
+  EXPECT_EQ(f.lead_tokens, 0);
   // Another device's wave: 100 SMs, 128 heads (2 groups a token): 50 tokens unsplit.
   const SparseMlaPlan other = plan_sparse_mla(60, 128, 2048, DeviceInfo{100, 232448, 9, 0});
-  EXPECT_EQ(other.unsplit_tokens, 50);
+  EXPECT_EQ(other.lead_tokens, 50);
   EXPECT_EQ(other.splits, 5);  // 20 groups past the wave: 100 / 20
   EXPECT_EQ(other.ctas, 100 + 20 * 5);
+}
+
+// Just past half a wave, where one split per token would leave half the SMs (split-K: half its
+// 264 slots) idle: half a wave of tokens in 2 splits, the later ones in as many as fit a wave
+// after them if that is at least 8, each set merged by its own combine.
+TEST(Planner, JustPastHalfAWaveLeadTokensTakeTwoSplits) {
+  // T, H, kv, lead tokens, later splits (0: no lead tokens)
+  for (auto [T, H, kv, lead, splits] :
+       {std::tuple{133, 16, KvCacheFormat::bf16, 132, 64}, std::tuple{150, 16, KvCacheFormat::bf16, 132, 13},
+        std::tuple{165, 16, KvCacheFormat::bf16, 132, 8}, std::tuple{166, 16, KvCacheFormat::bf16, 0, 1},
+        std::tuple{133, 16, KvCacheFormat::fp8_ds_mla, 132, 32}, std::tuple{34, 128, KvCacheFormat::bf16, 33, 64},
+        std::tuple{41, 128, KvCacheFormat::fp8_ds_mla, 33, 8}, std::tuple{42, 128, KvCacheFormat::bf16, 0, 1},
+        std::tuple{67, 64, KvCacheFormat::bf16, 66, 64}, std::tuple{82, 32, KvCacheFormat::bf16, 66, 8},
+        std::tuple{83, 32, KvCacheFormat::bf16, 0, 1}}) {
+    const std::string what = std::to_string(T) + " " + std::to_string(H) + (kv == KvCacheFormat::bf16 ? " bf16" : " fp8");
+    const SparseMlaPlan p = plan_sparse_mla(T, H, 2048, kH100, {}, IndexSharing::unknown, kv);
+    const bool split_k = H == 16;
+    EXPECT_EQ(p.kernel, split_k ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << what;
+    EXPECT_EQ(p.lead_tokens, lead) << what;
+    EXPECT_EQ(p.lead_splits, lead > 0 ? 2 : 1) << what;
+    EXPECT_EQ(p.splits, splits) << what;
+    if (lead == 0) continue;
+    const int per_token = split_k ? 1 : H / 64;
+    EXPECT_EQ(p.ctas, (lead * 2 + (T - lead) * splits) * std::max(per_token, 1)) << what;
+    EXPECT_EQ(p.workspace_bytes, size_t(lead * 2 + (T - lead) * splits) * H * 1028) << what;
+    EXPECT_EQ(p.launches, 3) << what;  // main and two combines
+    EXPECT_FALSE(p.union_pass) << what;
+    if (split_k) EXPECT_EQ(p.block_keys, kv == KvCacheFormat::bf16 ? 32 : 64) << what;  // fp8: 64-row tiles (lead chunks of 1024)
+  }
 }
 
 TEST(Planner, SharedRowsWhenForced) {

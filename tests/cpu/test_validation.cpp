@@ -143,27 +143,32 @@ TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   EXPECT_TRUE(refused(plan));
 }
 
-// A hand-edited plan's unsplit_tokens (SparseMlaPlan::unsplit_tokens) is refused by name unless
-// it has splits and fewer unsplit tokens than tokens, in a shared_rows plan without a union pass
-// or a split_k plan not balanced with topk <= kMaxChunk; its workspace holds the split tokens'
-// partials. All before any launch.
-TEST(Validate, ForwardRefusesInconsistentUnsplitTokens) {
+// A hand-edited plan's lead_tokens / lead_splits (SparseMlaPlan::lead_tokens) are refused by name
+// unless it has splits, fewer lead tokens than tokens and lead_splits in [1, 64], in a shared_rows
+// plan without a union pass or a split_k plan not balanced with topk <= kMaxChunk and no empty
+// lead split; its workspace holds the partials. All before any launch.
+TEST(Validate, ForwardRefusesInconsistentLeadTokens) {
   Buffers b;
   SparseMlaProblem p = good(b);
   p.num_tokens = 9, p.num_heads = 64, p.topk = 2048;
   const SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{8, 232448, 9, 0});
-  ASSERT_EQ(base.unsplit_tokens, 8);  // one wave of 8 unsplit, the 9th token in 8 splits
+  ASSERT_EQ(base.lead_tokens, 8);  // one wave of 8 unsplit, the 9th token in 8 splits
   ASSERT_EQ(base.splits, 8);
   ASSERT_EQ(base.workspace_bytes, size_t{1} * 64 * 8 * 1028);
   const auto error = [&](const SparseMlaPlan& plan, size_t bytes) {
     return testing::error_message([&] { sparse_mla_forward(p, plan, b.big.data(), bytes, nullptr); });
   };
   EXPECT_NE(error(base, base.workspace_bytes - 1).find("workspace_bytes"), std::string::npos);
-  const auto refused = [&](const SparseMlaPlan& plan) { return error(plan, base.workspace_bytes).find("unsplit_tokens") != std::string::npos; };
+  const auto refused = [&](const SparseMlaPlan& plan) { return error(plan, base.workspace_bytes).find("lead_tokens") != std::string::npos; };
   for (int unsplit : {-1, 9, 10}) {
     SparseMlaPlan plan = base;
-    plan.unsplit_tokens = unsplit;
+    plan.lead_tokens = unsplit;
     EXPECT_TRUE(refused(plan)) << unsplit;
+  }
+  for (int lead_splits : {0, 65}) {
+    SparseMlaPlan plan = base;
+    plan.lead_splits = lead_splits;
+    EXPECT_TRUE(refused(plan)) << lead_splits;
   }
   SparseMlaPlan plan = base;
   plan.union_pass = true;
@@ -175,7 +180,7 @@ TEST(Validate, ForwardRefusesInconsistentUnsplitTokens) {
   PlanChoice balanced;
   balanced.balanced = 1;
   plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{8, 232448, 9, 0}, balanced);
-  plan.unsplit_tokens = 1;
+  plan.lead_tokens = 1;
   EXPECT_TRUE(refused(plan));
   PlanChoice split_k;
   split_k.kernel = PlanChoice::Kernel::split_k;
@@ -183,8 +188,17 @@ TEST(Validate, ForwardRefusesInconsistentUnsplitTokens) {
   SparseMlaProblem longer = p;
   longer.topk = 5000;
   plan = plan_sparse_mla(longer.num_tokens, longer.num_heads, longer.topk, DeviceInfo{8, 232448, 9, 0}, split_k);
-  plan.unsplit_tokens = 1;
-  EXPECT_NE(testing::error_message([&] { sparse_mla_forward(longer, plan, b.big.data(), plan.workspace_bytes, nullptr); }).find("unsplit_tokens"),
+  plan.lead_tokens = 1;
+  EXPECT_NE(testing::error_message([&] { sparse_mla_forward(longer, plan, b.big.data(), plan.workspace_bytes, nullptr); }).find("lead_tokens"),
+            std::string::npos);
+  // Split-K's lead splits must each hold a whole tile of the list: 64 of topk 600 leave some empty.
+  SparseMlaProblem shorter = p;
+  shorter.topk = 600;
+  split_k.splits = 2;
+  plan = plan_sparse_mla(shorter.num_tokens, shorter.num_heads, shorter.topk, DeviceInfo{8, 232448, 9, 0}, split_k);
+  plan.lead_tokens = 1;
+  plan.lead_splits = 64;
+  EXPECT_NE(testing::error_message([&] { sparse_mla_forward(shorter, plan, b.big.data(), plan.workspace_bytes, nullptr); }).find("lead_tokens"),
             std::string::npos);
 }
 

@@ -364,26 +364,28 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
 
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
-// 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 one
-// wave unsplit and the 8 tokens past it in 10 splits (19 tiles: 2 each, the last one), T = 200
-// past 1.5 waves with the union and order passes. Random rows with -1 in the middle, a row
-// listed twice (weight 2), runs of 1-600 rows.
+// 66 groups x 2) and CTAs that compact their own lists, T = 70 just past half a wave (66 tokens
+// in 2 splits, the 4 past them in 19: a tile each), T = 100 one wave unsplit, T = 140 one wave
+// unsplit and the 8 tokens past it in 10 splits (19 tiles: 2 each, the last one), T = 200 past
+// 1.5 waves with the union and order passes. Random rows with -1 in the middle, a row listed
+// twice (weight 2), runs of 1-600 rows.
 TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{64, 64, IndexPattern::padding_middle}, std::tuple{33, 128, IndexPattern::duplicates},
-                               std::tuple{70, 64, IndexPattern::runs}, std::tuple{140, 64, IndexPattern::runs},
-                               std::tuple{200, 64, IndexPattern::runs}}) {
+                               std::tuple{70, 64, IndexPattern::runs}, std::tuple{100, 64, IndexPattern::random},
+                               std::tuple{140, 64, IndexPattern::runs}, std::tuple{200, 64, IndexPattern::runs}}) {
     const HostProblem hp = make_problem(T, H, 600, 64, 200, pattern, 640 + T);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
       if (dev.sm_count == 132) {  // H100, H200
         EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
-        EXPECT_EQ(plan.splits, T == 70 || T == 200 ? 1 : T == 140 ? 10 : 2) << T << " " << H;
-        EXPECT_EQ(plan.unsplit_tokens, T == 140 ? 132 : 0) << T << " " << H;
+        EXPECT_EQ(plan.splits, T == 100 || T == 200 ? 1 : T == 140 ? 10 : T == 70 ? 19 : 2) << T << " " << H;
+        EXPECT_EQ(plan.lead_tokens, T == 140 ? 132 : T == 70 ? 66 : 0) << T << " " << H;
+        EXPECT_EQ(plan.lead_splits, T == 70 ? 2 : 1) << T << " " << H;
         EXPECT_EQ(plan.union_pass, T == 200) << T << " " << H;
       }
       if (plan.kernel == SparseMlaKernel::shared_rows)
-        EXPECT_EQ(plan.ctas, (plan.unsplit_tokens + (T - plan.unsplit_tokens) * plan.splits) * H / 64);
+        EXPECT_EQ(plan.ctas, (plan.lead_tokens * plan.lead_splits + (T - plan.lead_tokens) * plan.splits) * H / 64);
       const Agreement a = run_and_compare(hp, &plan);
       EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << ": " << a.summary();
     }
@@ -441,7 +443,7 @@ TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
 
 // One-token groups past one wave (the planner's up to 1.7 waves of them, at 32 / 64 / 128 heads):
 // no union pass, each CTA compacts its token's list. Up to 1.5 waves one wave of groups runs
-// unsplit and the tokens past it split (SparseMlaPlan::unsplit_tokens: 2-64 splits, fused rows);
+// unsplit and the tokens past it split (SparseMlaPlan::lead_tokens: 2-64 splits, fused rows);
 // past that, at 32 heads, one split. Both caches; -1 in the middle, runs, a row listed twice, all
 // padding, one valid row, lists of 1024 and 1600.
 TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
@@ -463,7 +465,7 @@ TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
       EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << what;
       EXPECT_FALSE(plan.union_pass) << what;
       EXPECT_EQ(plan.splits, splits) << what;
-      EXPECT_EQ(plan.unsplit_tokens, unsplit) << what;
+      EXPECT_EQ(plan.lead_tokens, unsplit) << what;
       EXPECT_EQ(plan.ctas, (unsplit + (T - unsplit) * splits) * groups_per_token) << what;
     }
     const Agreement a = run_and_compare(hp, &plan, /*out_pad=*/16, /*lse_pad=*/3);
@@ -1524,33 +1526,43 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
     }
 }
 
-// Whole waves unsplit, the tokens past them split (SparseMlaPlan::unsplit_tokens): the planner's
-// plan for a device of fewer SMs, so that small calls take it, and the H100's own at T = 133 /
-// 67 (shared rows) and 265 (split-K). Shared rows: one wave of one-token groups; split-K: whole
-// waves of one split (two CTAs per SM; row order, fp8's 64-row tiles). The split tokens'
-// partials and the combine's view of them start at the first split token: each case checks
-// every token's out and lse (strided), with -1 in the middle, runs, a row listed twice, all
-// padding and one valid row (split 0 alone), lists of 600-1600, and per-token list lengths (the
-// combine counts the split tokens' lists from its view).
-TEST_F(Gpu, UnsplitTokensThenSplitTokensAgree) {
+// Lead tokens (SparseMlaPlan::lead_tokens): the planner's plans for a device of fewer SMs, so that
+// small calls take them, and the H100's own (shared rows T = 133 / 67 / 34, split-K T = 265 /
+// 133). Just past whole waves (shared rows: one wave of one-token groups; split-K: whole waves
+// of one split) the lead tokens are unsplit; just past half a wave they take 2 splits; the later
+// tokens as many as fit a wave after them. Split-K with row order and fp8's 64-row tiles. The
+// later tokens' partials follow the lead tokens' and each set has its own combine: every case
+// checks every token's out and lse (strided), with -1 in the middle, runs, a row listed twice,
+// all padding and one valid row (split 0 alone), lists of 600-1600, and per-token list lengths
+// (each combine counts its tokens' lists from its own view).
+TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
   const DeviceInfo device = DeviceInfo::from_device(0);
   struct Case {
     int T, H, topk;
     IndexPattern pattern;
     bool fp8, lengths;
-    int sms;  // the planner's SM count; 0: the device's
+    int sms;                // the planner's SM count; 0: the device's (an H100 or H200)
+    int lead, lead_splits;  // the plan's
   };
   int seed = 0;
-  for (const Case& c : {Case{9, 64, 2048, IndexPattern::random, false, false, 8}, Case{11, 64, 2048, IndexPattern::padding_middle, true, false, 8},
-                        Case{10, 128, 2048, IndexPattern::duplicates, false, false, 16}, Case{20, 32, 2048, IndexPattern::runs, false, true, 16},
-                        Case{20, 32, 2048, IndexPattern::all_padding, true, false, 16}, Case{17, 32, 2048, IndexPattern::single_valid, false, false, 16},
-                        Case{9, 128, 1600, IndexPattern::random, true, true, 16}, Case{12, 64, 2048, IndexPattern::runs, true, true, 10},
-                        Case{133, 32, 2048, IndexPattern::random, false, false, 0}, Case{67, 128, 2048, IndexPattern::runs, true, false, 0},
-                        // split-K
-                        Case{17, 16, 2048, IndexPattern::random, false, false, 8}, Case{20, 16, 600, IndexPattern::padding_middle, true, false, 8},
-                        Case{18, 32, 700, IndexPattern::runs, false, true, 8}, Case{70, 16, 2048, IndexPattern::duplicates, false, false, 32},
-                        Case{35, 16, 2048, IndexPattern::single_valid, true, true, 16}, Case{19, 16, 2048, IndexPattern::all_padding, false, false, 8},
-                        Case{265, 16, 2048, IndexPattern::random, true, false, 0}}) {
+  for (const Case& c : {// shared rows just past one wave
+                        Case{9, 64, 2048, IndexPattern::random, false, false, 8, 8, 1}, Case{11, 64, 2048, IndexPattern::padding_middle, true, false, 8, 8, 1},
+                        Case{10, 128, 2048, IndexPattern::duplicates, false, false, 16, 8, 1}, Case{20, 32, 2048, IndexPattern::runs, false, true, 16, 16, 1},
+                        Case{20, 32, 2048, IndexPattern::all_padding, true, false, 16, 16, 1}, Case{17, 32, 2048, IndexPattern::single_valid, false, false, 16, 16, 1},
+                        Case{9, 128, 1600, IndexPattern::random, true, true, 16, 8, 1}, Case{12, 64, 2048, IndexPattern::runs, true, true, 10, 10, 1},
+                        Case{133, 32, 2048, IndexPattern::random, false, false, 0, 132, 1}, Case{67, 128, 2048, IndexPattern::runs, true, false, 0, 66, 1},
+                        // shared rows just past half a wave
+                        Case{5, 128, 2048, IndexPattern::padding_middle, false, true, 16, 4, 2}, Case{9, 64, 2048, IndexPattern::duplicates, true, false, 16, 8, 2},
+                        Case{17, 32, 2048, IndexPattern::runs, false, false, 30, 15, 2}, Case{34, 128, 2048, IndexPattern::random, false, false, 0, 33, 2},
+                        // split-K just past whole waves
+                        Case{17, 16, 2048, IndexPattern::random, false, false, 8, 16, 1}, Case{20, 16, 600, IndexPattern::padding_middle, true, false, 8, 16, 1},
+                        Case{18, 32, 700, IndexPattern::runs, false, true, 8, 16, 1}, Case{70, 16, 2048, IndexPattern::duplicates, false, false, 32, 64, 1},
+                        Case{35, 16, 2048, IndexPattern::single_valid, true, true, 16, 32, 1}, Case{19, 16, 2048, IndexPattern::all_padding, false, false, 8, 16, 1},
+                        Case{265, 16, 2048, IndexPattern::random, true, false, 0, 264, 1},
+                        // split-K just past half a wave
+                        Case{10, 16, 2048, IndexPattern::random, false, true, 8, 8, 2}, Case{9, 16, 2048, IndexPattern::padding_middle, true, false, 8, 8, 2},
+                        Case{65, 16, 2048, IndexPattern::runs, false, false, 64, 64, 2}, Case{5, 32, 700, IndexPattern::duplicates, false, false, 8, 4, 2},
+                        Case{133, 16, 2048, IndexPattern::random, false, false, 0, 132, 2}}) {
     if (c.sms == 0 && device.sm_count != 132) continue;  // the H100's (and H200's) own plans
     DeviceInfo dev = device;
     if (c.sms > 0) dev.sm_count = c.sms;
@@ -1570,15 +1582,14 @@ TEST_F(Gpu, UnsplitTokensThenSplitTokensAgree) {
                              workload::to_string(c.pattern) + (c.fp8 ? " fp8" : " bf16") + (c.lengths ? " lengths" : "") +
                              " on " + std::to_string(dev.sm_count) + " SMs";
     const bool split_k = c.H <= 16 || c.topk < 1024;
-    const int groups_per_token = std::max(c.H / 64, 1), head_groups = c.H / 16;
-    const int token_slots = 2 * dev.sm_count / head_groups;  // split-K: tokens in a wave of one split
-    const int unsplit = split_k ? c.T - c.T % token_slots : dev.sm_count / groups_per_token;
+    const int per_token = split_k ? c.H / 16 : std::max(c.H / 64, 1);  // CTAs per token and split
     ASSERT_EQ(plan.kernel, split_k ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << what;
     ASSERT_FALSE(plan.union_pass) << what;
-    ASSERT_EQ(plan.unsplit_tokens, unsplit) << what;
+    ASSERT_EQ(plan.lead_tokens, c.lead) << what;
+    ASSERT_EQ(plan.lead_splits, c.lead_splits) << what;
     ASSERT_GE(plan.splits, 2) << what;
-    ASSERT_EQ(plan.ctas, (unsplit + (c.T - unsplit) * plan.splits) * (split_k ? head_groups : groups_per_token)) << what;
-    if (split_k && c.T == 70) ASSERT_TRUE(plan.row_order) << what;
+    ASSERT_EQ(plan.ctas, (c.lead * c.lead_splits + (c.T - c.lead) * plan.splits) * per_token) << what;
+    if (split_k && c.T == 65) ASSERT_TRUE(plan.row_order) << what;
     if (split_k && c.fp8 && c.topk >= 1024) ASSERT_EQ(plan.block_keys, 64) << what;
     std::vector<double> ro, rl;
     HostProblem cut = hp;

@@ -688,8 +688,8 @@ void print_table(const std::vector<Result>& results, FILE* f) {
       std::snprintf(plan, sizeof plan, "%s", kernel_name(r.plan));
     else
       std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
-    if (r.plan.unsplit_tokens > 0)  // the first N tokens whole, the rest split
-      std::snprintf(plan + std::strlen(plan), sizeof plan - std::strlen(plan), ",u%d", r.plan.unsplit_tokens);
+    if (r.plan.lead_tokens > 0)  // the first N tokens in S splits (1: whole), the rest in the plan's
+      std::snprintf(plan + std::strlen(plan), sizeof plan - std::strlen(plan), ",lead%dx%d", r.plan.lead_tokens, r.plan.lead_splits);
     if (r.plan.row_order) std::strncat(plan, ",o", sizeof plan - std::strlen(plan) - 1);  // rows in row order
     if (r.plan.balanced) std::strncat(plan, ",b", sizeof plan - std::strlen(plan) - 1);   // splits from a schedule
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
@@ -733,7 +733,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"unsplit_tokens", r.plan.unsplit_tokens}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"lead_tokens", r.plan.lead_tokens}, {"lead_splits", r.plan.lead_splits}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
@@ -980,9 +980,9 @@ int run_inspect(const Options& o, int tokens_shown) {
                   group_heads != c.num_heads ? " (+ 32 idle rows)" : "",
                   plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
                   plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
-      if (plan.unsplit_tokens > 0)
-        std::printf("         tokens 0-%d unsplit (a CTA per group, one wave), tokens %d-%d in %d splits each\n",
-                    plan.unsplit_tokens - 1, plan.unsplit_tokens, s.num_tokens - 1, plan.splits);
+      if (plan.lead_tokens > 0)
+        std::printf("         tokens 0-%d in %d split%s each, tokens %d-%d in %d\n", plan.lead_tokens - 1, plan.lead_splits,
+                    plan.lead_splits > 1 ? "s" : "", plan.lead_tokens, s.num_tokens - 1, plan.splits);
       if (plan.row_order) std::printf("         row order: the union pass sorts each token's rows by the row's top bits\n");
       continue;
     }
