@@ -223,10 +223,11 @@ inline constexpr int kTailMaxSplits = 64;
 // split's setup and the combine's launch).
 inline constexpr int kSplitKTailMinList = 512;
 // Just past half a wave, where a plan's splits fall from 2 to 1 (split-K: T x head groups past
-// the SMs; shared rows: one-token groups past half the SMs), half a wave's worth of tokens take
-// 2 splits (SparseMlaPlan::lead_splits, one wave) and the later tokens as many as fit a wave
-// after it, if that is at least kLeadMinTailSplits (fewer: their round costs more than one
-// split on every token saves).
+// the SMs; shared rows at 128 heads: one-token groups past half the SMs), half a wave's worth
+// of tokens take 2 splits (SparseMlaPlan::lead_splits, one wave) and the later tokens as many
+// as fit a wave after it, if that is at least kLeadMinTailSplits: with 8 a wash (16 heads
+// T = 165 146.9 -> 144.7 µs), with fewer their round costs more than one split on every token
+// saves (T = 180, 5 splits: 148.1 -> 156.0; run 465).
 inline constexpr int kLeadMinTailSplits = 8;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs

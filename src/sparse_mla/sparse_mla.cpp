@@ -488,7 +488,12 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       return {lead_groups / groups_per_token, lead_splits, ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, fit))};
     };
     if (groups > wave) return later(wave, 1, 2);
-    if (groups > half && half > 0) return later(half, 2, lead_min_tail_splits);
+    // Past half a wave at 128 heads only, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
+    // 89.8 -> 75.5 / 83.9 µs, runs of 1-2048 rows T = 40 87.4 -> 63.5; run 465). At 32 and 64
+    // heads a wave of one-split CTAs is bound by the gather, so the idle SMs cost little and
+    // the second round more (64 heads T = 67 / 75 / 82 92.0 / 93.2 / 94.8 against 91.0 / 103.9
+    // / 107.5, 32 heads T = 67 / 75 89.2 / 90.5 against 85.4 / 95.8).
+    if (groups > half && half > 0 && groups_per_token > 1) return later(half, 2, lead_min_tail_splits);
     return {};
   };
   LeadPlan lead;  // the shared-rows plan's
@@ -619,8 +624,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // 210.1 / 323.3 -> 132.3 / 249.5, topk 512 T = 265 87.6 -> 68.5, 32 heads topk 512 T = 133 /
   // 150 74.5 / 83.0 -> 54.6 / 62.7; mixed lengths gain or lose a little (16 heads runs of 1-2048
   // rows T = 300 / 529 180.6 / 279.2 -> 173.9 / 281.9, 32 heads topk 1000 T = 140 75.6 -> 78.2).
-  // (and just past half a wave, where one split per token would leave half the slots idle,
-  // half a wave's tokens in 2 splits and the later ones as many as fit a wave after them).
+  // Just past half a wave, where one split per token leaves half the slots idle: half a wave's
+  // tokens in 2 splits, the later ones in as many as fit a wave after them if that is >= 8
+  // (run 465, µs): 16 heads T = 133 / 140 / 150 / 165 143.1 / 144.0 / 146.2 / 146.9 -> 115.0 /
+  // 122.7 / 133.2 / 144.7, fp8 T = 133 / 165 121.5 / 121.5 -> 86.4 / 109.7, runs of 1-2048 rows
+  // T = 150 121.5 -> 99.8; with 5 / 4 later splits T = 180 / 198 148.1 / 150.7 -> 156.0 / 169.2.
   LeadPlan splitk_lead;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
