@@ -218,6 +218,11 @@
 //               176.4 / 201.0 -> 128.9 / 146.0 / 184.0, 64 heads T = 133 182.3 -> 131.7, 128 heads
 //               T = 67 / 90 153.9 / 195.9 -> 108.8 / 148.6, fp8 64 heads T = 190 219.9 -> 166.8,
 //               64 heads topk 256 T = 133 60.6 -> 38.5.
+//   v24 4319b4d lead tokens (p.lead_tokens, lead_splits): at 128 heads just past half a wave
+//               half a wave of tokens in 2 splits, the later ones in as many as fit after them
+//               (>= 8); partials and a combine per set. Run 466 (us): T = 34 / 41 89.2 / 90.0
+//               -> 75.4 / 84.0, runs T = 40 87.3 -> 63.6. At 32 / 64 heads slower (64 heads
+//               T = 75 93.2 -> 103.9, run 465): not taken there.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than

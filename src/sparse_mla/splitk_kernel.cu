@@ -129,6 +129,10 @@
 //                random (run 463, us): T = 265 / 300 / 529 / 800 266.5 / 292.7 / 410.2 / 561.5 ->
 //                167.0 / 199.7 / 315.9 / 474.6; fp8 T = 265 210.1 -> 132.3; 32 heads topk 512
 //                T = 133 74.5 -> 54.6. The targets' plans are unchanged.
+//   v25 4319b4d  lead tokens in lead_splits runs of lead_chunk (the lead tokens' CTAs first, a
+//                combine per set of partials): just past half a wave half a wave of tokens in 2
+//                splits, the later ones in >= 8. 16 heads (run 466, us): T = 133 / 150 141.9 /
+//                146.1 -> 114.8 / 132.8, fp8 T = 133 121.5 -> 86.3, runs T = 150 118.5 -> 99.8.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
