@@ -119,8 +119,8 @@ struct DeviceInfo {
 // The two kernels of the forward.
 enum class SparseMlaKernel {
   split_k,      // one CTA per (token, 16 heads, index chunk); splits merged by a combine kernel.
-                // Just past whole waves of one split, the later tokens alone split
-                // (SparseMlaPlan::lead_tokens)
+                // Just past whole waves of one split, or half a wave, the first tokens and the
+                // later ones take different splits (SparseMlaPlan::lead_tokens)
   shared_rows,  // one CTA per 64 query rows on wgmma with M = 64: 4 consecutive tokens x 16 heads,
                 // 2 tokens x 32 heads, or one token's 64 heads (two CTAs at 128; at 32 heads
                 // below the union's line one token's 32 heads and 32 idle rows). A row several
@@ -183,8 +183,9 @@ struct SparseMlaPlan {
   // into as many CTAs as fit the SMs the last whole wave frees (on an H100: 32 heads T = 133 132
   // unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3 equal splits of every token;
   // 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one split); and just past half a
-  // wave, where one split per token would leave half the SMs idle, half a wave of tokens in 2
-  // splits and the later ones in as many as fit after them (at least 8). 0: every token split alike.
+  // wave (split_k, and shared_rows at 128 heads), where one split per token would leave half
+  // the SMs idle, half a wave of tokens in 2 splits and the later ones in as many as fit after
+  // them (at least 8; 16 heads T = 133: 114.8 µs against 141.9). 0: every token split alike.
   int lead_tokens = 0;
   int lead_splits = 1;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row

@@ -265,12 +265,13 @@ static void check_plan_fused_rows(const SparseMlaPlan& plan, bool fusable) {
 // A plan's lead tokens (SparseMlaPlan::lead_tokens), checked by the forward: none, or fewer than
 // its tokens in a plan with splits, lead_splits in [1, kTailMaxSplits]: shared_rows without a
 // union pass; split_k not balanced, with lists a lead CTA can hold (topk <= kMaxChunk) and
-// lead_splits of whole tiles, none empty.
+// lead_splits of whole tiles, none empty, starting on kFusedChunkAlign boundaries with fused rows.
 static void check_plan_lead_tokens(const SparseMlaPlan& plan) {
   if (plan.lead_tokens == 0) return;
   const auto lead_splits_fit = [&] {
     const int chunk = splitk_lead_chunk(plan);
-    return plan.lead_splits == 1 || int64_t{chunk} * (plan.lead_splits - 1) < plan.topk;
+    return plan.lead_splits == 1 || (int64_t{chunk} * (plan.lead_splits - 1) < plan.topk &&
+                                     (plan.fused_rows == 0 || chunk % detail::kFusedChunkAlign == 0));
   };
   const bool kernel_takes_them = plan.kernel == SparseMlaKernel::shared_rows
                                      ? !plan.union_pass

@@ -200,6 +200,17 @@ TEST(Validate, ForwardRefusesInconsistentLeadTokens) {
   plan.lead_splits = 64;
   EXPECT_NE(testing::error_message([&] { sparse_mla_forward(shorter, plan, b.big.data(), plan.workspace_bytes, nullptr); }).find("lead_tokens"),
             std::string::npos);
+  // With fused rows, a lead split must start on a 32-position boundary (16-row tiles: 608 / 2 =
+  // 304; the later tokens' 19 splits of 32 fuse).
+  shorter.topk = 608;
+  split_k.block_keys = 16;
+  split_k.splits = 19;
+  plan = plan_sparse_mla(shorter.num_tokens, shorter.num_heads, shorter.topk, DeviceInfo{8, 232448, 9, 0}, split_k);
+  ASSERT_GT(plan.fused_rows, 0);
+  plan.lead_tokens = 1;
+  plan.lead_splits = 2;
+  EXPECT_NE(testing::error_message([&] { sparse_mla_forward(shorter, plan, b.big.data(), plan.workspace_bytes, nullptr); }).find("lead_tokens"),
+            std::string::npos);
 }
 
 // A balanced plan's schedule (SparseMlaPlan::balanced): every misuse is refused by name before
