@@ -42,6 +42,11 @@ struct SparseMlaParams {
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
   bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
+  // A combine that another combine follows (the lead tokens', lead_tokens_view): each of its
+  // blocks waits for the main kernel before it leaves, even one with nothing to merge, so its
+  // grid ends after the main kernel and the next combine's wait, which is on this grid, covers
+  // the main kernel's partials too.
+  bool combine_before_another;
   // SparseMlaPlan::lead_tokens: tokens [0, lead_tokens) take lead_splits splits each (split-K:
   // of lead_chunk positions; 1: the token whole, its CTA writes out and lse), their CTAs first;
   // the later tokens take `splits`. Partials (partial_slot): the lead tokens' [lead_tokens, H,
@@ -325,6 +330,7 @@ inline SparseMlaParams lead_tokens_view(const SparseMlaParams& p) {
   v.splits = p.lead_splits;
   v.chunk = p.lead_chunk;
   v.lead_tokens = 0;
+  v.combine_before_another = p.num_tokens > p.lead_tokens;
   return v;
 }
 inline SparseMlaParams later_tokens_view(const SparseMlaParams& p) {

@@ -1320,7 +1320,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   uint64_t live = ~uint64_t{0};  // splits whose partial output to load
   if (p.fused_rows > 0) {  // before any wait
     const TokenSplits ts = token_splits(p, t);
-    if (ts.fused) return;  // split 0 wrote it
+    if (ts.fused) {  // split 0 wrote it
+      if (p.combine_before_another) ptx::wait_prerequisites();
+      return;
+    }
     live = ts.live;
   }
   ptx::wait_prerequisites();
@@ -1409,7 +1412,10 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     splits = run.splits, slot0 = run.first, slot_step = run.step;
   } else if (p.fused_rows > 0) {  // before any wait
     const TokenSplits ts = token_splits(p, t);
-    if (ts.fused) return;  // split 0 wrote it
+    if (ts.fused) {  // split 0 wrote it
+      if (p.combine_before_another) ptx::wait_prerequisites();
+      return;
+    }
     live = ts.live;
   }
   ptx::wait_prerequisites();
