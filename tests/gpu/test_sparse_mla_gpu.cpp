@@ -1532,8 +1532,9 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
 // tokens as many as fit a wave after them. Split-K with row order and fp8's 64-row tiles. The
 // later tokens' partials follow the lead tokens' and each set has its own combine: every case
 // checks every token's out and lse (strided), with -1 in the middle, runs, a row listed twice,
-// all padding and one valid row (split 0 alone), lists of 600-1600, and per-token list lengths
-// (each combine counts its tokens' lists from its own view).
+// all padding and one valid row (split 0 alone), lists of 600-1600, per-token list lengths (each
+// combine counts its tokens' lists from its own view), and lead tokens all done by split 0 with
+// later ones that need their combine.
 TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
   const DeviceInfo device = DeviceInfo::from_device(0);
   struct Case {
@@ -1542,6 +1543,7 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
     bool fp8, lengths;
     int sms;                // the planner's SM count; 0: the device's (an H100 or H200)
     int lead, lead_splits;  // the plan's
+    bool short_lead = false;  // the lead tokens list 2 rows (split 0 alone), the later ones all theirs
   };
   int seed = 0;
   for (const Case& c : {// shared rows just past one wave
@@ -1561,11 +1563,19 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                         // split-K just past half a wave
                         Case{10, 16, 2048, IndexPattern::random, false, true, 8, 8, 2}, Case{9, 16, 2048, IndexPattern::padding_middle, true, false, 8, 8, 2},
                         Case{65, 16, 2048, IndexPattern::runs, false, false, 64, 64, 2}, Case{5, 32, 700, IndexPattern::duplicates, false, false, 8, 4, 2},
-                        Case{133, 16, 2048, IndexPattern::random, false, false, 0, 132, 2}}) {
+                        Case{133, 16, 2048, IndexPattern::random, false, false, 0, 132, 2},
+                        // every lead token done by its split 0: the lead combine's blocks leave at once, the
+                        // later combine still reads the main kernel's partials (combine_before_another)
+                        Case{133, 16, 2048, IndexPattern::random, true, false, 0, 132, 2, true},
+                        Case{10, 16, 2048, IndexPattern::random, false, false, 8, 8, 2, true},
+                        Case{5, 128, 2048, IndexPattern::random, false, false, 16, 4, 2, true}}) {
     if (c.sms == 0 && device.sm_count != 132) continue;  // the H100's (and H200's) own plans
     DeviceInfo dev = device;
     if (c.sms > 0) dev.sm_count = c.sms;
     HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 5100 + seed);
+    if (c.short_lead)
+      for (int t = 0; t < c.lead; ++t)
+        for (int k = 2; k < c.topk; ++k) hp.indices[size_t(t) * c.topk + k] = -1;
     std::vector<int32_t> len;
     if (c.lengths) {
       std::mt19937 rng(seed);
