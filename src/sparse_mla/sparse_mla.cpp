@@ -354,10 +354,21 @@ static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice,
   return plan;
 }
 
-// A plan's lead tokens (SparseMlaPlan::lead_tokens): theirs splits, the later tokens'; splits 0: none.
+// Splits of a list of `tiles` whole tiles: at most max_splits, none left empty.
+int64_t whole_tile_splits(int64_t tiles, int64_t max_splits) { return ceil_div(tiles, ceil_div(tiles, max_splits)); }
+
+// A plan's lead tokens (SparseMlaPlan::lead_tokens): theirs, their splits, the later tokens'
+// splits; splits 0: none.
 struct LeadPlan {
   int64_t lead_tokens = 0, lead_splits = 1, splits = 0;
 };
+// Lead tokens in lead_splits splits, then the `later` units (groups or tokens) in as many splits
+// as fit `slots` CTAs (at most a tile each and kTailMaxSplits); none if fewer than min_splits fit.
+LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits) {
+  const int64_t fit = std::min<int64_t>({slots / later, tiles, detail::kTailMaxSplits});
+  if (fit < min_splits) return {};
+  return {lead_tokens, lead_splits, whole_tile_splits(tiles, fit)};
+}
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
                               IndexSharing sharing, KvCacheFormat kv_format) {
@@ -461,7 +472,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (groups <= 0 || groups >= dev.sm_count) return 1;
     const int64_t cap = groups < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / groups : detail::kSharedRowsManyGroupsMaxSplits;
     const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / groups, shared_rows_tiles, cap}));
-    return ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, max_splits));
+    return whole_tile_splits(shared_rows_tiles, max_splits);
   };
   // One-token groups just past one wave (params.h: up to half a wave more): one wave of groups
   // unsplit, the tokens past it split (at least 2 splits). It took over from 2-3 equal splits of every group (and at 64 and 128 heads past 1.35 waves the
@@ -483,18 +494,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // the later tokens in as many splits as fit the SMs after them; none where too few fit.
   const auto shared_rows_lead = [&](int64_t groups, int groups_per_token) -> LeadPlan {
     const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
-    const auto later = [&](int64_t lead_groups, int64_t lead_splits, int64_t min_splits) -> LeadPlan {
-      const int64_t fit = std::min<int64_t>({dev.sm_count / (groups - lead_groups), shared_rows_tiles, detail::kTailMaxSplits});
-      if (fit < min_splits) return {};
-      return {lead_groups / groups_per_token, lead_splits, ceil_div(shared_rows_tiles, ceil_div(shared_rows_tiles, fit))};
-    };
-    if (groups > wave) return later(wave, 1, 2);
+    if (groups > wave) return lead_plan(wave / groups_per_token, 1, groups - wave, dev.sm_count, shared_rows_tiles, 2);
     // Past half a wave at 128 heads only, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
     // 89.8 -> 75.5 / 83.9 µs, runs of 1-2048 rows T = 40 87.4 -> 63.5; run 465). At 32 and 64
     // heads a wave of one-split CTAs is bound by the gather, so the idle SMs cost little and
     // the second round more (64 heads T = 67 / 75 / 82 92.0 / 93.2 / 94.8 against 91.0 / 103.9
     // / 107.5, 32 heads T = 67 / 75 89.2 / 90.5 against 85.4 / 95.8).
-    if (groups > half && half > 0 && groups_per_token > 1) return later(half, 2, lead_min_tail_splits);
+    if (groups > half && half > 0 && groups_per_token > 1)
+      return lead_plan(half / groups_per_token, 2, groups - half, dev.sm_count, shared_rows_tiles, lead_min_tail_splits);
     return {};
   };
   LeadPlan lead;  // the shared-rows plan's
@@ -636,14 +643,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       topk <= SparseMlaPlan::kMaxChunk && token_slots > 0 && num_tokens > token_slots / 2) {
     const int tile = fp8 && topk >= detail::kFp8WideTileMinChunk ? 64 : detail::kPlannerBlockKeys;  // a lead CTA's (below)
     const int64_t tiles = ceil_div(topk, tile);
-    const auto later = [&](int64_t lead_tokens, int64_t lead_splits, int64_t min_splits) -> LeadPlan {
-      const int64_t fit = std::min<int64_t>({token_slots / (num_tokens - lead_tokens), tiles, detail::kTailMaxSplits});
-      if (fit < min_splits) return {};
-      return {lead_tokens, lead_splits, ceil_div(tiles, ceil_div(tiles, fit))};
-    };
-    const int64_t past_waves = num_tokens % token_slots;
-    splitk_lead = num_tokens > token_slots ? (past_waves > 0 ? later(num_tokens - past_waves, 1, 2) : LeadPlan{})
-                                           : later(token_slots / 2, 2, lead_min_tail_splits);
+    const int64_t past_waves = num_tokens % token_slots, half = token_slots / 2;
+    if (num_tokens > token_slots && past_waves > 0)
+      splitk_lead = lead_plan(num_tokens - past_waves, 1, past_waves, token_slots, tiles, 2);
+    else if (num_tokens <= token_slots)
+      splitk_lead = lead_plan(half, 2, num_tokens - half, token_slots, tiles, lead_min_tail_splits);
     if (splitk_lead.splits > 0) {
       plan.block_keys = tile;
       plan.chunk = static_cast<int>(ceil_div(tiles, splitk_lead.splits) * tile);
