@@ -978,18 +978,25 @@ int run_inspect(const Options& o, int tokens_shown) {
                   "%d heads%s%s, %d-entry union tiles, workspace %zu bytes%s\n",
                   dev_name.c_str(), sharing_name(o, c).c_str(), passes, plan.ctas, tokens, tokens > 1 ? "s" : "", heads,
                   group_heads != c.num_heads ? " (+ 32 idle rows)" : "",
-                  plan.splits > 1 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
-                  plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+                  plan.splits > 1 && plan.lead_tokens == 0 ? (" x " + std::to_string(plan.splits) + " splits").c_str() : "", plan.block_keys,
+                  plan.workspace_bytes, plan.lead_splits > 1 ? ", + 2 combine kernels" : plan.splits > 1 ? ", + combine kernel" : "");
       if (plan.lead_tokens > 0)
-        std::printf("         tokens 0-%d in %d split%s each, tokens %d-%d in %d\n", plan.lead_tokens - 1, plan.lead_splits,
-                    plan.lead_splits > 1 ? "s" : "", plan.lead_tokens, s.num_tokens - 1, plan.splits);
+        std::printf("         lead tokens 0-%d in %d split%s each (their CTAs first), tokens %d-%d in %d\n", plan.lead_tokens - 1,
+                    plan.lead_splits, plan.lead_splits > 1 ? "s" : "", plan.lead_tokens, s.num_tokens - 1, plan.splits);
       if (plan.row_order) std::printf("         row order: the union pass sorts each token's rows by the row's top bits\n");
       continue;
     }
-    std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
-                "%d-row tiles, workspace %zu bytes%s\n",
-                dev_name.c_str(), sharing_name(o, c).c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
-                plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+    if (plan.lead_tokens == 0)
+      std::printf("planner (%s, index_sharing %s): %d CTAs = %d tokens x %d head groups x %d splits of %d positions, "
+                  "%d-row tiles, workspace %zu bytes%s\n",
+                  dev_name.c_str(), sharing_name(o, c).c_str(), plan.ctas, s.num_tokens, c.num_heads / kHeadGroup, plan.splits, plan.chunk,
+                  plan.block_keys, plan.workspace_bytes, plan.splits > 1 ? ", + combine kernel" : "");
+    else  // SparseMlaPlan::lead_tokens: the lead tokens' CTAs first, a combine per set that splits
+      std::printf("planner (%s, index_sharing %s): %d CTAs = (%d lead tokens x %d split%s + %d tokens x %d splits of %d positions) "
+                  "x %d head groups, %d-row tiles, workspace %zu bytes, + %d combine kernel%s\n",
+                  dev_name.c_str(), sharing_name(o, c).c_str(), plan.ctas, plan.lead_tokens, plan.lead_splits,
+                  plan.lead_splits > 1 ? "s" : "", s.num_tokens - plan.lead_tokens, plan.splits, plan.chunk, c.num_heads / kHeadGroup,
+                  plan.block_keys, plan.workspace_bytes, plan.lead_splits > 1 ? 2 : 1, plan.lead_splits > 1 ? "s" : "");
     if (plan.fused_rows > 0) {
       int fused = 0;
       for (const auto& ts : per) fused += ts.valid <= plan.fused_rows ? 1 : 0;
