@@ -313,6 +313,12 @@ inline bool shared_rows_row_order_fit(bool union_pass, int num_heads) {
 // Cache row strides (elements) it accepts: a row's byte offset is one 32 x 32 -> 64-bit multiply.
 inline constexpr int64_t kSharedRowsMaxRowStride = int64_t{1} << 31;
 
+// CTAs of a plan with lead tokens (SparseMlaPlan::lead_tokens): `lead` units (groups or token
+// head groups) in lead_splits splits, then the other units in `splits`. The planner's plan.ctas
+// and the launchers' grids both come from it.
+__host__ __device__ inline int64_t lead_split_ctas(int64_t units, int64_t splits, int64_t lead, int64_t lead_splits) {
+  return lead * lead_splits + (units - lead) * splits;
+}
 // Partial slots of the lead tokens (SparseMlaPlan::lead_tokens), before the later tokens'.
 __host__ __device__ inline int64_t lead_partial_slots(const SparseMlaParams& p) {
   return p.lead_splits > 1 ? int64_t{p.lead_tokens} * p.num_heads * p.lead_splits : 0;

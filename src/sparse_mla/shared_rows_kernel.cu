@@ -1504,7 +1504,7 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   auto* kernel = p.kv_fp8 ? (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, true> : sparse_mla_shared_rows_kernel<false, true>)
                           : (p.timeline != nullptr ? sparse_mla_shared_rows_kernel<true, false> : sparse_mla_shared_rows_kernel<false, false>);
   const int64_t lead_groups = int64_t{p.lead_tokens} * shared_rows_groups_per_token(group_heads);
-  const dim3 grid(static_cast<unsigned>(lead_groups * p.lead_splits + (groups - lead_groups) * p.splits));
+  const dim3 grid(static_cast<unsigned>(lead_split_ctas(groups, p.splits, lead_groups, p.lead_splits)));
   // Each kernel after the first waits for the one before with griddepcontrol.wait. With splits
   // (groups taken in block order: nothing to order) the main kernel follows the union pass, and
   // the combine follows the main kernel. Without a union pass the main kernel reads only inputs.

@@ -571,7 +571,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     }
     const int64_t groups = detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads));
     const int64_t lead_groups = int64_t{plan.lead_tokens} * detail::shared_rows_groups_per_token(group_heads);
-    plan.ctas = launch_ctas(lead_groups * plan.lead_splits + (groups - lead_groups) * plan.splits);
+    plan.ctas = launch_ctas(detail::lead_split_ctas(groups, plan.splits, lead_groups, plan.lead_splits));
     // Fused rows with splits and one token per group: a list of at most one split's entries is
     // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
     const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
@@ -608,8 +608,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   if (base_ctas > 0 && base_ctas * splits < split_k_slots)
     splits = std::max(min_splits, std::min(ceil_div(topk, kMinSplitKeys), split_k_slots / base_ctas));
   // Whole tiles per split, and no empty trailing split.
-  plan.chunk = static_cast<int>(std::min<int64_t>(
-      SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), plan.block_keys) * plan.block_keys));
+  plan.chunk = splitk_chunk(topk, splits, plan.block_keys);
   if (choice.block_keys != 0) {
     if (choice.block_keys != 16 && choice.block_keys != 32 && choice.block_keys != 64)
       fail("block_keys", "must be 16, 32 or 64, got " + std::to_string(choice.block_keys));
@@ -663,8 +662,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     plan.lead_tokens = static_cast<int>(splitk_lead.lead_tokens);
     plan.lead_splits = static_cast<int>(splitk_lead.lead_splits);
   }
-  plan.ctas = launch_ctas((int64_t{plan.lead_tokens} * plan.lead_splits + (num_tokens - plan.lead_tokens) * int64_t{plan.splits}) *
-                          (num_heads / kHeadGroup));
+  plan.ctas = launch_ctas(detail::lead_split_ctas(num_tokens, plan.splits, plan.lead_tokens, plan.lead_splits) * (num_heads / kHeadGroup));
   // Fused rows: a token with at most one chunk's worth of valid indices (short contexts, the
   // -1 padding of an indexer with fewer candidates than topk) is finished by its first split
   // alone. That CTA does no more tile work than any split of the plan, and the token needs no

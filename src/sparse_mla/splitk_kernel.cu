@@ -1491,7 +1491,7 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
     configured_smem[device] = Shape::smem_bytes(kMaxChunk);
   }
   const int64_t token_ctas =
-      kBalanced ? p.balanced_slots : int64_t{p.lead_tokens} * p.lead_splits + int64_t{p.num_tokens - p.lead_tokens} * p.splits;
+      kBalanced ? p.balanced_slots : lead_split_ctas(p.num_tokens, p.splits, p.lead_tokens, p.lead_splits);
   const int64_t ctas = token_ctas * (p.num_heads / kHeadGroup);
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
