@@ -218,10 +218,11 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // the last whole wave frees take them at once), at most one per tile and kTailMaxSplits (the
 // combine's mask of live splits): split-K past whole waves of one split, and shared rows'
 // one-token groups just past one wave (one wave of groups unsplit). No union pass: each CTA
-// compacts its token's list, as in one wave. Further on, up to kSharedRowsPastWaveMaxTenths / 10
-// waves of groups, 32 heads keep one-token groups with one split (their alternative, 2-token
-// groups, are T / 2 CTAs), while 64 and 128 heads take the union pass, whose order pass puts the
-// longest lists in the first wave.
+// compacts its token's list, as in one wave. Past half a wave more, up to 2/3, the tokens past
+// the waves may take 3 splits in two rounds (kLeadTwoRounds*, below). Further on, up to
+// kSharedRowsPastWaveMaxTenths / 10 waves of groups, 32 heads keep one-token groups with one
+// split (their alternative, 2-token groups, are T / 2 CTAs), while 64 and 128 heads take the
+// union pass, whose order pass puts the longest lists in the first wave.
 inline constexpr int kTailMaxSplits = 64;
 // Split-K only with lists of at least this many positions (topk 512 at 16 heads T = 265: 87.6
 // -> 68.5 µs, run 463; shorter lists were not measured: their whole CTA costs little more than a
@@ -234,6 +235,20 @@ inline constexpr int kSplitKTailMinList = 512;
 // T = 165 146.9 -> 144.7 µs), with fewer their round costs more than one split on every token
 // saves (T = 180, 5 splits: 148.1 -> 156.0; run 465).
 inline constexpr int kLeadMinTailSplits = 8;
+// Past whole waves by more than half a wave (up to 2/3 of one), the tokens past them in 3 splits,
+// two rounds of CTAs, where that beats a second wave of whole lists: CTAs bound by their math
+// (128 heads, fp8 caches) always, bf16 at 16-64 heads only for a tail of at most
+// kLeadTwoRoundsMaxTailBf16Num / Den of a wave. Run 468 (H100, random lists of 2048, µs, one
+// split -> 3): 128 heads T = 100 / 105 / 110 199.2 / 198.6 / 199.5 -> 174.6 / 176.0 / 179.2, fp8
+// 16 heads T = 397 / 420 / 440 / 700 243.3 / 244.0 / 245.1 / 360.9 -> 223.4 / 230.3 / 238.3 /
+// 351.8, fp8 32 / 64 heads T = 200 194.9 / 222.9 -> 184.2 / 195.9; bf16 16 heads T = 397 / 409 /
+// 420 / 440 295.4 / 296.9 / 297.6 / 299.1 -> 286.0 / 289.5 / 296.8 / 310.8 (the gather binds
+// them: a tail of 0.5 / 0.55 / 0.6 / 0.67 of a wave), 32 / 64 heads alike (T = 204 -0.9 / -1.6 %,
+// T = 220 / 210 +4.8 / +0.5 %). Mixed lengths mostly gain (runs of 1-2048 rows 16 heads T = 420
+// / 440 229.5 / 243.5 -> 201.2 / 210.8, 32 heads T = 200 / 220 -15 / -16 %), but lose at 128
+// heads T = 110 (108.9 -> 119.3: the union pass's order pass put the longest lists first).
+inline constexpr int kLeadTwoRoundsMaxTailBf16Num = 11;
+inline constexpr int kLeadTwoRoundsMaxTailBf16Den = 20;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass

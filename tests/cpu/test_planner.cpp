@@ -325,9 +325,9 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
     }
     // Past one wave up to 1.7 (T = 133-224), one-token groups as at 64 heads, whatever the hint:
     // up to T = 198 132 tokens unsplit and the rest split, as many CTAs as fit the SMs (T = 133:
-    // 64 splits of a tile), then one split.
+    // 64 splits of a tile), up to T = 204 3 splits in two rounds, then one split.
     for (auto [T, splits] : {std::pair{133, 64}, std::pair{140, 16}, std::pair{162, 4}, std::pair{176, 3}, std::pair{198, 2},
-                             std::pair{199, 1}, std::pair{224, 1}}) {
+                             std::pair{199, 3}, std::pair{204, 3}, std::pair{205, 1}, std::pair{224, 1}}) {
       const SparseMlaPlan p = plan(T, sharing);
       const int unsplit = splits > 1 ? 132 : 0;
       EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
@@ -458,9 +458,9 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
   EXPECT_FALSE(t50.union_pass);
   EXPECT_EQ(t50.launches, 1);
   EXPECT_EQ(t50.workspace_bytes, 0u);
-  const SparseMlaPlan t100 = plan_sparse_mla(100, 128, 2048, kH100);  // 200 groups: two waves, ordered
-  EXPECT_TRUE(t100.union_pass);
-  EXPECT_EQ(t100.launches, 3);
+  const SparseMlaPlan t111 = plan_sparse_mla(111, 128, 2048, kH100);  // 222 groups: two waves, ordered
+  EXPECT_TRUE(t111.union_pass);
+  EXPECT_EQ(t111.launches, 3);
   const SparseMlaPlan t89 = plan_sparse_mla(89, 128, 2048, kH100);  // 178 groups x 2 splits: no union pass
   EXPECT_FALSE(t89.union_pass);
   EXPECT_EQ(t89.splits, 2);
@@ -469,14 +469,14 @@ TEST(Planner, WideHeadsSplitTheirUnionsBelowOneWave) {
 
 // One-token groups just past one wave (at most half a wave more of them): one wave of groups
 // unsplit, the tokens past it split into as many CTAs as fit the SMs (at most a tile each, and
-// 64), no union pass; the partials are the split tokens' only. Further on one split and the
-// union pass (row order at 64 heads).
+// 64), no union pass; the partials are the split tokens' only. Past 2/3 of a wave more one split
+// and the union pass (row order at 64 heads); between, the next test.
 TEST(Planner, OneTokenGroupsJustPastOneWaveSplitOnlyTheTokensPastIt) {
   for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
     for (auto [T, H, topk, splits] : {std::tuple{133, 64, 2048, 64}, std::tuple{150, 64, 2048, 7}, std::tuple{176, 64, 2048, 3},
-                                      std::tuple{198, 64, 2048, 2}, std::tuple{199, 64, 2048, 1}, std::tuple{224, 64, 2048, 1},
+                                      std::tuple{198, 64, 2048, 2}, std::tuple{224, 64, 2048, 1},
                                       std::tuple{67, 128, 2048, 64}, std::tuple{80, 128, 2048, 4}, std::tuple{99, 128, 2048, 2},
-                                      std::tuple{100, 128, 2048, 1}, std::tuple{133, 64, 1536, 48}, std::tuple{140, 64, 1024, 16},
+                                      std::tuple{111, 128, 2048, 1}, std::tuple{133, 64, 1536, 48}, std::tuple{140, 64, 1024, 16},
                                       std::tuple{133, 64, 1100, 35}, std::tuple{135, 64, 2048, 32}}) {  // 135: 44 fit, 32 of 2 tiles
       const std::string what = std::to_string(T) + " " + std::to_string(H) + " " + std::to_string(topk);
       const SparseMlaPlan p = plan_sparse_mla(T, H, topk, kH100, {}, IndexSharing::unknown, kv);
@@ -534,6 +534,40 @@ TEST(Planner, JustPastHalfAWaveLeadTokensTakeTwoSplits) {
     EXPECT_FALSE(p.union_pass) << what;
     if (split_k) EXPECT_EQ(p.block_keys, kv == KvCacheFormat::bf16 ? 32 : 64) << what;  // fp8: 64-row tiles (lead chunks of 1024)
   }
+}
+
+// Past whole waves by more than half a wave and up to 2/3 of one, the tokens past them take 3
+// splits in two rounds of CTAs where the CTAs are bound by their math (128 heads, fp8), or bf16
+// where the tail is at most 11/20 of a wave; otherwise one split (a second wave of whole lists).
+TEST(Planner, PastHalfAWaveMoreTheLaterTokensTakeThreeSplitsInTwoRounds) {
+  constexpr auto bf16 = KvCacheFormat::bf16, fp8 = KvCacheFormat::fp8_ds_mla;
+  // T, H, kv, unsplit tokens, later splits (1: none unsplit)
+  for (auto [T, H, kv, unsplit, splits] :
+       {std::tuple{397, 16, bf16, 264, 3}, std::tuple{409, 16, bf16, 264, 3}, std::tuple{410, 16, bf16, 0, 1},
+        std::tuple{420, 16, fp8, 264, 3}, std::tuple{440, 16, fp8, 264, 3}, std::tuple{441, 16, fp8, 0, 1},
+        std::tuple{700, 16, fp8, 528, 3}, std::tuple{700, 16, bf16, 0, 1}, std::tuple{100, 128, bf16, 66, 3},
+        std::tuple{110, 128, fp8, 66, 3}, std::tuple{111, 128, bf16, 0, 1}, std::tuple{199, 64, bf16, 132, 3},
+        std::tuple{204, 64, bf16, 132, 3}, std::tuple{205, 64, bf16, 0, 1}, std::tuple{210, 64, fp8, 132, 3},
+        std::tuple{204, 32, bf16, 132, 3}, std::tuple{205, 32, bf16, 0, 1}, std::tuple{205, 32, fp8, 132, 3}}) {
+    const std::string what = std::to_string(T) + " " + std::to_string(H) + (kv == bf16 ? " bf16" : " fp8");
+    const SparseMlaPlan p = plan_sparse_mla(T, H, 2048, kH100, {}, IndexSharing::unknown, kv);
+    const bool split_k = H == 16;
+    EXPECT_EQ(p.kernel, split_k ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << what;
+    EXPECT_EQ(p.lead_tokens, unsplit) << what;
+    EXPECT_EQ(p.lead_splits, 1) << what;
+    EXPECT_EQ(p.splits, splits) << what;
+    if (unsplit == 0) continue;
+    EXPECT_EQ(p.chunk, 704) << what;  // 64 tiles of 32 (or 32 of 64) in 3 splits of whole tiles
+    EXPECT_EQ(p.ctas, (unsplit + (T - unsplit) * 3) * std::max(H / 64, 1)) << what;
+    EXPECT_EQ(p.workspace_bytes, size_t(T - unsplit) * H * 3 * 1028) << what;
+    EXPECT_EQ(p.launches, 2) << what;  // main and the later tokens' combine
+    EXPECT_FALSE(p.union_pass) << what;
+  }
+  // Shorter lists alike (topk 512 at 16 heads: 16 tiles in 3 splits of 6).
+  const SparseMlaPlan short_list = plan_sparse_mla(400, 16, 512, kH100);
+  EXPECT_EQ(short_list.lead_tokens, 264);
+  EXPECT_EQ(short_list.splits, 3);
+  EXPECT_EQ(short_list.chunk, 192);
 }
 
 TEST(Planner, SharedRowsWhenForced) {
