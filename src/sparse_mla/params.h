@@ -238,7 +238,7 @@ inline constexpr int kLeadMinTailSplits = 8;
 // Past whole waves by more than half a wave (up to 2/3 of one), the tokens past them in 3 splits,
 // two rounds of CTAs, where that beats a second wave of whole lists: CTAs bound by their math
 // (128 heads, fp8 caches) always, bf16 at 16-64 heads only for a tail of at most
-// kLeadTwoRoundsMaxTailBf16Num / Den of a wave. Run 468 (H100, random lists of 2048, µs, one
+// kLeadTwoRoundsMaxTailBf16Num / Den of a wave. Runs 468-469 (H100, random lists of 2048, µs, one
 // split -> 3): 128 heads T = 100 / 105 / 110 199.2 / 198.6 / 199.5 -> 174.6 / 176.0 / 179.2, fp8
 // 16 heads T = 397 / 420 / 440 / 700 243.3 / 244.0 / 245.1 / 360.9 -> 223.4 / 230.3 / 238.3 /
 // 351.8, fp8 32 / 64 heads T = 200 194.9 / 222.9 -> 184.2 / 195.9; bf16 16 heads T = 397 / 409 /

@@ -658,7 +658,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // 122.7 / 133.2 / 144.7, fp8 T = 133 / 165 121.5 / 121.5 -> 86.4 / 109.7, runs of 1-2048 rows
   // T = 150 121.5 -> 99.8; with 5 / 4 later splits T = 180 / 198 148.1 / 150.7 -> 156.0 / 169.2.
   // Past whole waves by more than half a wave (up to 2/3), 3 splits in two rounds where that
-  // pays (past_waves_lead, params.h kLeadTwoRounds*: fp8 T = 397 243.3 -> 223.4, run 468).
+  // pays (past_waves_lead, params.h kLeadTwoRounds*: fp8 T = 397 243.3 -> 223.4, run 469).
   LeadPlan splitk_lead;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
