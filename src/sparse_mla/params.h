@@ -235,20 +235,28 @@ inline constexpr int kSplitKTailMinList = 512;
 // T = 165 146.9 -> 144.7 µs), with fewer their round costs more than one split on every token
 // saves (T = 180, 5 splits: 148.1 -> 156.0; run 465).
 inline constexpr int kLeadMinTailSplits = 8;
-// Past whole waves by more than half a wave (up to 2/3 of one), the tokens past them in 3 splits,
-// two rounds of CTAs, where that beats a second wave of whole lists: CTAs bound by their math
-// (128 heads, fp8 caches) always, bf16 at 16-64 heads only for a tail of at most
-// kLeadTwoRoundsMaxTailBf16Num / Den of a wave. Runs 468-469 (H100, random lists of 2048, µs, one
-// split -> 3): 128 heads T = 100 / 105 / 110 199.2 / 198.6 / 199.5 -> 174.6 / 176.0 / 179.2, fp8
-// 16 heads T = 397 / 420 / 440 / 700 243.3 / 244.0 / 245.1 / 360.9 -> 223.4 / 230.3 / 238.3 /
-// 351.8, fp8 32 / 64 heads T = 200 194.9 / 222.9 -> 184.2 / 195.9; bf16 16 heads T = 397 / 409 /
-// 420 / 440 295.4 / 296.9 / 297.6 / 299.1 -> 286.0 / 289.5 / 296.8 / 310.8 (the gather binds
-// them: a tail of 0.5 / 0.55 / 0.6 / 0.67 of a wave), 32 / 64 heads alike (T = 204 -0.9 / -1.6 %,
-// T = 220 / 210 +4.8 / +0.5 %). Mixed lengths mostly gain (runs of 1-2048 rows 16 heads T = 420
-// / 440 229.5 / 243.5 -> 201.2 / 210.8, 32 heads T = 200 / 220 -15 / -16 %), but lose at 128
-// heads T = 110 (108.9 -> 119.3: the union pass's order pass put the longest lists first).
-inline constexpr int kLeadTwoRoundsMaxTailBf16Num = 11;
-inline constexpr int kLeadTwoRoundsMaxTailBf16Den = 20;
+// Past whole waves by more than half a wave (up to 2/3 of one), the tokens past them may take 3
+// splits in two rounds of CTAs instead of a second wave of whole lists (the planner's
+// two_rounds_rule): at 128 heads always; at 64 heads with fp8 always, with bf16 for a tail of at
+// most kLeadTwoRoundsMaxTailNum / Den of a wave; at 16 and 32 heads alike, but only with lists of
+// kLeadTwoRoundsMinList16And32Heads. H100, µs, one split -> 3 (runs 468-471, b0 or the what-if's
+// old plans in the same call): 128 heads T = 100 / 105 / 110 197.3 / 198.1 / 198.2 -> 173.6 /
+// 175.6 / 177.1, fp8 T = 100 213.6 -> 187.9, topk 256 / 512 / 1024 T = 100 57.6 / 76.8 / 118.4 ->
+// 54.0 / 70.8 / 105.2; 64 heads fp8 T = 210 223.3 -> 196.7, topk 512 / 1024 88.6 / 135.8 -> 81.4
+// / 119.3, bf16 T = 200 / 204 / 210 212.0 / 212.9 / 214.1 -> 208.6 / 210.2 / 215.1 (a tail of
+// 0.52 / 0.55 / 0.59 of a wave; the gather binds them), topk 512 T = 200 89.1 -> 84.7; 16 heads
+// fp8 T = 397 / 420 / 440 / 700 244.4 / 245.0 / 245.6 / 361.3 -> 222.5 / 230.8 / 237.1 / 349.4,
+// bf16 T = 397 / 409 / 420 / 440 296.4 / 297.1 / 297.6 / 299.1 -> 285.6 / 289.4 / 296.8 / 310.8,
+// 32 heads fp8 T = 200 / 220 194.9 / 194.1 -> 184.2 / 186.7, bf16 T = 200 / 220 201.0 / 203.3
+// -> 198.3 / 213.1. Shorter lists lose at 16 and 32 heads (16 heads T = 400 topk 512 / 1024
+// 104.0 / 172.9 -> 109.8 / 175.2, fp8 84.6 / 134.1 -> 88.4 / 134.4, 32 heads topk 1024 T = 200
+// 113.5 -> 118.1, fp8 107.7 -> 109.9). Mixed lengths (runs of 1-2048 rows) mostly gain (16
+// heads T = 400 213.4 -> 192.0, 32 heads T = 200 132.6 -> 113.2) but lose at 128 heads (T = 110
+// 107.6 -> 119.5, topk 1024 T = 100 67.1 -> 70.1), whose union pass's order pass put the longest
+// lists in the first wave.
+inline constexpr int kLeadTwoRoundsMaxTailNum = 11;
+inline constexpr int kLeadTwoRoundsMaxTailDen = 20;
+inline constexpr int kLeadTwoRoundsMinList16And32Heads = 2048;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass

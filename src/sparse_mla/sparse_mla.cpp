@@ -374,18 +374,27 @@ LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int6
   return {lead_tokens, lead_splits, whole_tile_splits(tiles, fit)};
 }
 
+// Where the units past whole waves, with more than half a wave left, may take 3 splits in two
+// rounds of CTAs (params.h kLeadTwoRounds*): always, for a tail of at most 11/20 of a wave, or
+// never. The longer a CTA's work the less its round's setup weighs: 128 heads are bound by their
+// MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists.
+enum class TwoRounds { never, short_tail, always };
+TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
+  if (num_heads == 128) return TwoRounds::always;
+  if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
+  return fp8 ? TwoRounds::always : TwoRounds::short_tail;
+}
+
 // Past whole waves (params.h): the `lead` units' tokens unsplit, the `later` units past them in
-// as many splits as fit one round of `slots` CTAs, or, with more than half a wave left, 3 splits
-// in two rounds where that pays (kLeadTwoRounds*): `math_bound` CTAs (128 heads, fp8) or a bf16
-// tail of at most 11/20 of a wave.
-LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, bool math_bound) {
+// as many splits as fit one round of `slots` CTAs, or in 3 splits over two rounds where `rule`
+// allows.
+LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, TwoRounds rule) {
   const LeadPlan one_round = lead_plan(lead_tokens, 1, later, slots, tiles, 2);
-  int64_t max_rounds = 2;
 #ifdef DSA_WHATIF
-  if (const char* e = std::getenv("DSA_LEAD_ROUNDS")) max_rounds = std::atoi(e);  // what-if builds only; 1: one round
+  if (const char* e = std::getenv("DSA_LEAD_ROUNDS"); e && std::atoi(e) < 2) rule = TwoRounds::never;  // what-if builds only
 #endif
-  if (one_round.splits > 0 || max_rounds < 2) return one_round;
-  if (!math_bound && later * detail::kLeadTwoRoundsMaxTailBf16Den > slots * detail::kLeadTwoRoundsMaxTailBf16Num) return {};
+  if (one_round.splits > 0 || rule == TwoRounds::never) return one_round;
+  if (rule == TwoRounds::short_tail && later * detail::kLeadTwoRoundsMaxTailDen > slots * detail::kLeadTwoRoundsMaxTailNum) return {};
   return lead_plan(lead_tokens, 1, later, slots, tiles, 2, 2);
 }
 
@@ -504,8 +513,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // a wave the split CTAs would need several rounds, whose setups lose on full lists (32 heads
   // T = 200 202.0 against 212.6 / 214.7 / 245.4 with 4 / 8 / 16 splits, 128 heads T = 112 198.1
   // against 190.7 / 221.6; only mixed lengths gain: 32 heads runs T = 200 132.3 against 113.2),
-  // except 3 splits in two rounds up to 2/3 of a wave where the CTAs are bound by their math
-  // or the tail is short (past_waves_lead: 128 heads T = 100 199.2 -> 174.6, run 468).
+  // except 3 splits in two rounds up to 2/3 of a wave where that pays (two_rounds_rule: 128
+  // heads T = 100 197.3 -> 173.6, run 470).
   int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
@@ -513,9 +522,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // Lead tokens (params.h, SparseMlaPlan::lead_tokens) for one-token groups just past one wave
   // (one wave of groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
   // the later tokens in as many splits as fit the SMs after them; none where too few fit.
+  const TwoRounds two_rounds = two_rounds_rule(num_heads, topk, fp8);
   const auto shared_rows_lead = [&](int64_t groups, int groups_per_token) -> LeadPlan {
     const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
-    if (groups > wave) return past_waves_lead(wave / groups_per_token, groups - wave, dev.sm_count, shared_rows_tiles, fp8 || groups_per_token > 1);
+    if (groups > wave) return past_waves_lead(wave / groups_per_token, groups - wave, dev.sm_count, shared_rows_tiles, two_rounds);
     // Past half a wave at 128 heads only, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
     // 89.8 -> 75.5 / 83.9 µs, runs of 1-2048 rows T = 40 87.4 -> 63.5; run 465). At 32 and 64
     // heads a wave of one-split CTAs is bound by the gather, so the idle SMs cost little and
@@ -658,7 +668,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // 122.7 / 133.2 / 144.7, fp8 T = 133 / 165 121.5 / 121.5 -> 86.4 / 109.7, runs of 1-2048 rows
   // T = 150 121.5 -> 99.8; with 5 / 4 later splits T = 180 / 198 148.1 / 150.7 -> 156.0 / 169.2.
   // Past whole waves by more than half a wave (up to 2/3), 3 splits in two rounds where that
-  // pays (past_waves_lead, params.h kLeadTwoRounds*: fp8 T = 397 243.3 -> 223.4, run 469).
+  // pays (two_rounds_rule, params.h kLeadTwoRounds*: fp8 T = 397 244.4 -> 222.5, run 470).
   LeadPlan splitk_lead;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
@@ -667,7 +677,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     const int64_t tiles = ceil_div(topk, tile);
     const int64_t past_waves = num_tokens % token_slots, half = token_slots / 2;
     if (num_tokens > token_slots && past_waves > 0)
-      splitk_lead = past_waves_lead(num_tokens - past_waves, past_waves, token_slots, tiles, fp8);
+      splitk_lead = past_waves_lead(num_tokens - past_waves, past_waves, token_slots, tiles, two_rounds_rule(num_heads, topk, fp8));
     else if (num_tokens <= token_slots)
       splitk_lead = lead_plan(half, 2, num_tokens - half, token_slots, tiles, lead_min_tail_splits);
     if (splitk_lead.splits > 0) {

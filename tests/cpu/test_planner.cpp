@@ -537,8 +537,9 @@ TEST(Planner, JustPastHalfAWaveLeadTokensTakeTwoSplits) {
 }
 
 // Past whole waves by more than half a wave and up to 2/3 of one, the tokens past them take 3
-// splits in two rounds of CTAs where the CTAs are bound by their math (128 heads, fp8), or bf16
-// where the tail is at most 11/20 of a wave; otherwise one split (a second wave of whole lists).
+// splits in two rounds of CTAs: at 128 heads, fp8 at 64 heads and fp8 with lists of 2048 at 16
+// and 32 always, bf16 (at 16 and 32 heads with lists of 2048) for a tail of at most 11/20 of a
+// wave; otherwise one split (a second wave of whole lists).
 TEST(Planner, PastHalfAWaveMoreTheLaterTokensTakeThreeSplitsInTwoRounds) {
   constexpr auto bf16 = KvCacheFormat::bf16, fp8 = KvCacheFormat::fp8_ds_mla;
   // T, H, kv, unsplit tokens, later splits (1: none unsplit)
@@ -563,11 +564,20 @@ TEST(Planner, PastHalfAWaveMoreTheLaterTokensTakeThreeSplitsInTwoRounds) {
     EXPECT_EQ(p.launches, 2) << what;  // main and the later tokens' combine
     EXPECT_FALSE(p.union_pass) << what;
   }
-  // Shorter lists alike (topk 512 at 16 heads: 16 tiles in 3 splits of 6).
-  const SparseMlaPlan short_list = plan_sparse_mla(400, 16, 512, kH100);
-  EXPECT_EQ(short_list.lead_tokens, 264);
+  // Shorter lists: at 16 and 32 heads none; at 64 and 128 as full ones (128 heads topk 256: 8
+  // tiles in 3 splits of 3).
+  for (KvCacheFormat kv : {bf16, fp8}) {
+    EXPECT_EQ(plan_sparse_mla(400, 16, 1024, kH100, {}, IndexSharing::unknown, kv).lead_tokens, 0);
+    EXPECT_EQ(plan_sparse_mla(200, 32, 1024, kH100, {}, IndexSharing::unknown, kv).lead_tokens, 0);
+    const SparseMlaPlan wide = plan_sparse_mla(200, 64, 512, kH100, {}, IndexSharing::unknown, kv);
+    EXPECT_EQ(wide.lead_tokens, 132);
+    EXPECT_EQ(wide.splits, 3);
+  }
+  EXPECT_EQ(plan_sparse_mla(210, 64, 512, kH100).lead_tokens, 0);  // bf16, a tail of 0.59 of a wave
+  const SparseMlaPlan short_list = plan_sparse_mla(100, 128, 256, kH100);
+  EXPECT_EQ(short_list.lead_tokens, 66);
   EXPECT_EQ(short_list.splits, 3);
-  EXPECT_EQ(short_list.chunk, 192);
+  EXPECT_EQ(short_list.chunk, 96);
 }
 
 TEST(Planner, SharedRowsWhenForced) {

@@ -365,23 +365,23 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
 // 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 one
-// wave unsplit and the 8 tokens past it in 10 splits (19 tiles: 2 each, the last one), T = 200
-// past 1.5 waves with the union and order passes. Random rows with -1 in the middle, a row
+// wave unsplit and the 8 tokens past it in 10 splits (19 tiles: 2 each, the last one), T = 224
+// past 1.67 waves with the union and order passes. Random rows with -1 in the middle, a row
 // listed twice (weight 2), runs of 1-600 rows.
 TEST_F(Gpu, WideHeadsTakeSharedRowsAndAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, H, pattern] : {std::tuple{64, 64, IndexPattern::padding_middle}, std::tuple{33, 128, IndexPattern::duplicates},
                                std::tuple{70, 64, IndexPattern::runs}, std::tuple{140, 64, IndexPattern::runs},
-                               std::tuple{200, 64, IndexPattern::runs}}) {
+                               std::tuple{224, 64, IndexPattern::runs}}) {
     const HostProblem hp = make_problem(T, H, 600, 64, 200, pattern, 640 + T);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
       if (dev.sm_count == 132) {  // H100, H200
         EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
-        EXPECT_EQ(plan.splits, T == 70 || T == 200 ? 1 : T == 140 ? 10 : 2) << T << " " << H;
+        EXPECT_EQ(plan.splits, T == 70 || T == 224 ? 1 : T == 140 ? 10 : 2) << T << " " << H;
         EXPECT_EQ(plan.lead_tokens, T == 140 ? 132 : 0) << T << " " << H;
         EXPECT_EQ(plan.lead_splits, 1) << T << " " << H;
-        EXPECT_EQ(plan.union_pass, T == 200) << T << " " << H;
+        EXPECT_EQ(plan.union_pass, T == 224) << T << " " << H;
       }
       if (plan.kernel == SparseMlaKernel::shared_rows)
         EXPECT_EQ(plan.ctas, (plan.lead_tokens * plan.lead_splits + (T - plan.lead_tokens) * plan.splits) * H / 64);
