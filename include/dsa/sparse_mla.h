@@ -142,9 +142,9 @@ enum class SparseMlaKernel {
                 // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
                 // at most 3/4 of them, or 8 splits). Just past one wave (up to half a wave more)
                 // one wave of them runs unsplit and only the tokens past it are split, as many
-                // CTAs as fit the SMs (SparseMlaPlan::lead_tokens); no union pass. Further on,
-                // up to 1.7 waves, 32 heads keep one-token CTAs unsplit, 64 and 128 heads take
-                // the union pass. Limits: topk <= 2048, num_pages * page_size < 2^28, cache row
+                // CTAs as fit the SMs, or up to 2/3 of a wave more 3 splits over two rounds
+                // (SparseMlaPlan::lead_tokens); no union pass. Further on, up to 1.7 waves,
+                // 32 heads keep one-token CTAs unsplit, 64 and 128 heads take the union pass. Limits: topk <= 2048, num_pages * page_size < 2^28, cache row
                 // strides < 2^31 elements (bytes for fp8_ds_mla)
 };
 
@@ -185,7 +185,10 @@ struct SparseMlaPlan {
   // 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one split); and just past half a
   // wave (split_k, and shared_rows at 128 heads), where one split per token would leave half
   // the SMs idle, half a wave of tokens in 2 splits and the later ones in as many as fit after
-  // them (at least 8; 16 heads T = 133: 114.8 µs against 141.9). 0: every token split alike.
+  // them (at least 8; 16 heads T = 133: 114.8 µs against 141.9). Past whole waves by half to
+  // 2/3 of a wave the tokens past them take 3 splits over two rounds where that pays (128
+  // heads; fp8 at 64 heads; lists of 2048 at 16 and 32 heads; bf16 only for a tail of at most
+  // 11/20 of a wave): 128 heads T = 100 173.6 µs against 197.3. 0: every token split alike.
   int lead_tokens = 0;
   int lead_splits = 1;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row

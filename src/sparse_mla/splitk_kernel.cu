@@ -133,6 +133,10 @@
 //                combine per set of partials): just past half a wave half a wave of tokens in 2
 //                splits, the later ones in >= 8. 16 heads (run 466, us): T = 133 / 150 141.9 /
 //                146.1 -> 114.8 / 132.8, fp8 T = 133 121.5 -> 86.3, runs T = 150 118.5 -> 99.8.
+//   v26 331efc7  (plans only) past whole waves by 1/2-2/3 of a wave, the tokens past them in 3 splits
+//                over two rounds (the planner's two_rounds_rule: lists of 2048; bf16 for a tail of
+//                <= 11/20): run 470 (us), 16 heads T = 397 / 409 296.4 / 297.1 -> 285.6 / 289.4,
+//                fp8 T = 397 / 440 / 700 244.4 / 245.6 / 361.3 -> 222.5 / 237.1 / 349.4.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
