@@ -46,8 +46,8 @@
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. Just past
 //      one wave (the planner's, up to 1.5 waves, or 1.67 with 3 splits in two rounds) the first
 //      CTAs each take a group whole and only the tokens past them are split; just past half a
-//      wave the first tokens take 2 splits and
-//      the later ones more (p.lead_tokens, lead_splits). At 64 and 128 heads with one wave of
+//      wave the first tokens take 2 splits and the later ones more (p.lead_tokens,
+//      lead_splits). At 64 and 128 heads with one wave of
 //      CTAs (or just past it) there is no union or order pass: each CTA compacts its token's list
 //      itself and gathers its first two tiles while Q is still landing.
 //   At 32 heads below the union's line (up to 1.7 waves, the planner's) a CTA is one token's 32

@@ -363,15 +363,15 @@ struct LeadPlan {
   int64_t lead_tokens = 0, lead_splits = 1, splits = 0;
 };
 // Lead tokens in lead_splits splits, then the `later` units (groups or tokens) in as many splits
-// as fit `slots` CTAs (at most a tile each and kTailMaxSplits); none if fewer than min_splits fit.
-// Lead tokens in lead_splits splits, then the `later` units (groups or tokens) in as many splits
 // as fit `rounds` rounds of `slots` CTAs (at most a tile each and kTailMaxSplits); none if fewer
 // than min_splits fit, or too few to beat one split (rounds of 1 / splits each).
 LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits,
                    int64_t rounds = 1) {
   const int64_t fit = std::min<int64_t>({rounds * slots / later, tiles, detail::kTailMaxSplits});
-  if (fit < min_splits || fit <= rounds) return {};
-  return {lead_tokens, lead_splits, whole_tile_splits(tiles, fit)};
+  if (fit < min_splits) return {};
+  const int64_t splits = whole_tile_splits(tiles, fit);
+  if (splits <= rounds) return {};
+  return {lead_tokens, lead_splits, splits};
 }
 
 // Where the units past whole waves, with more than half a wave left, may take 3 splits in two
@@ -677,7 +677,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     const int64_t tiles = ceil_div(topk, tile);
     const int64_t past_waves = num_tokens % token_slots, half = token_slots / 2;
     if (num_tokens > token_slots && past_waves > 0)
-      splitk_lead = past_waves_lead(num_tokens - past_waves, past_waves, token_slots, tiles, two_rounds_rule(num_heads, topk, fp8));
+      splitk_lead = past_waves_lead(num_tokens - past_waves, past_waves, token_slots, tiles, two_rounds);
     else if (num_tokens <= token_slots)
       splitk_lead = lead_plan(half, 2, num_tokens - half, token_slots, tiles, lead_min_tail_splits);
     if (splitk_lead.splits > 0) {

@@ -578,6 +578,9 @@ TEST(Planner, PastHalfAWaveMoreTheLaterTokensTakeThreeSplitsInTwoRounds) {
   EXPECT_EQ(short_list.lead_tokens, 66);
   EXPECT_EQ(short_list.splits, 3);
   EXPECT_EQ(short_list.chunk, 96);
+  // 4 tiles: 3 splits of whole tiles would be 2, two rounds of halves, no better than one split.
+  EXPECT_EQ(plan_sparse_mla(200, 64, 128, kH100).lead_tokens, 0);
+  EXPECT_EQ(plan_sparse_mla(100, 128, 128, kH100).lead_tokens, 0);
 }
 
 TEST(Planner, SharedRowsWhenForced) {
