@@ -258,6 +258,16 @@ inline constexpr int kLeadTwoRoundsMaxTailNum = 11;
 inline constexpr int kLeadTwoRoundsMaxTailDen = 20;
 inline constexpr int kLeadTwoRoundsMinList16And32Heads = 2048;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
+// Shared rows' one-token groups past up to this many whole waves (64 and 128 heads): the whole
+// waves' tokens unsplit, the tail split (lead tokens, no union pass) instead of a last wave of
+// whole lists after the union pass. Run 473 (H100, µs): 64 heads T = 265 / 300 / 400 / 530
+// 305.7 / 307.4 / 402.3 / 499.6 -> 242.5 / 278.3 / 355.8 / 464.0, fp8 T = 265 / 300 319.6 /
+// 324.1 -> 215.8 / 249.1; 128 heads T = 133 / 150 / 165 / 199 / 265 285.5 / 289.7 / 291.8 / 374.8
+// / 463.3 -> 197.9 / 223.7 / 240.9 / 285.2 / 372.8, fp8 T = 133 310.1 -> 214.7. The unsplit
+// waves lose the union pass's row order (64 heads: a wave ~10 % slower), so further on the last
+// wave's saving no longer repays it (break-even ~8 waves); mixed lengths lose the order pass
+// (runs of 1-2048 rows at 128 heads T = 150 144.5 -> 156.7; 64 heads T = 300 184.4 -> 181.0).
+inline constexpr int64_t kSharedRowsLeadMaxWaves = 4;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.

@@ -519,13 +519,21 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
 #endif
-  // Lead tokens (params.h, SparseMlaPlan::lead_tokens) for one-token groups just past one wave
-  // (one wave of groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
+  // Lead tokens (params.h, SparseMlaPlan::lead_tokens) for one-token groups just past whole waves
+  // (their groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
   // the later tokens in as many splits as fit the SMs after them; none where too few fit.
   const TwoRounds two_rounds = two_rounds_rule(num_heads, topk, fp8);
   const auto shared_rows_lead = [&](int64_t groups, int groups_per_token) -> LeadPlan {
     const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
-    if (groups > wave) return past_waves_lead(wave / groups_per_token, groups - wave, dev.sm_count, shared_rows_tiles, two_rounds);
+    int64_t max_lead_waves = detail::kSharedRowsLeadMaxWaves;
+#ifdef DSA_WHATIF
+    if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
+#endif
+    if (groups > wave) {  // past 1 to kSharedRowsLeadMaxWaves whole waves: their tokens unsplit, the tail split
+      const int64_t whole = groups / wave * wave;
+      if (whole == groups || whole / wave > max_lead_waves) return {};
+      return past_waves_lead(whole / groups_per_token, groups - whole, dev.sm_count, shared_rows_tiles, two_rounds);
+    }
     // Past half a wave at 128 heads only, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
     // 89.8 -> 75.5 / 83.9 µs, runs of 1-2048 rows T = 40 87.4 -> 63.5; run 465). At 32 and 64
     // heads a wave of one-split CTAs is bound by the gather, so the idle SMs cost little and

@@ -43,7 +43,7 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_EQ(int64_t(p.ctas), shared_rows ? lead_groups * p.lead_splits + (groups - lead_groups) * p.splits
                                                : (int64_t(p.lead_tokens) * p.lead_splits + int64_t(T - p.lead_tokens) * p.splits) * (H / 16));
         const int tiles = (topk + 31) / 32;
-        // Lead tokens: just past whole waves (at most half a wave more) shared rows' one wave of
+        // Lead tokens: just past whole waves (at most half a wave more) shared rows' 1-4 waves of
         // one-token groups, split-K's whole waves of one split (264 CTAs, lists of 512-2048),
         // unsplit; just past half a wave (shared rows at 128 heads only) half a wave of them in 2
         // splits; the tokens past them in
@@ -64,8 +64,10 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           if (want_lead == 0 && two_rounds) expect_lead(lead, 1, later, slots, t, 2, 2);
         };
         const int64_t token_slots = 264 / (H / 16);
-        if (one_token && groups > 132 / groups_per_token * groups_per_token)
-          expect_past_waves(132 / groups_per_token, groups - 132 / groups_per_token * groups_per_token, 132, tiles);
+        const int64_t wave = 132 / groups_per_token * groups_per_token, whole = groups / wave * wave;  // shared rows' groups
+        if (one_token && groups > wave) {
+          if (whole != groups && whole / wave <= 4) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles);
+        }
         else if (one_token && H == 128 && groups > 66 / groups_per_token * groups_per_token)
           expect_lead(66 / groups_per_token, 2, groups - 66 / groups_per_token * groups_per_token, 132, tiles, 8);
         else if (!shared_rows && topk >= 512 && topk <= 2048 && T > token_slots && T % token_slots > 0)
@@ -513,6 +515,27 @@ TEST(Planner, OneTokenGroupsJustPastOneWaveSplitOnlyTheTokensPastIt) {
   EXPECT_EQ(other.lead_tokens, 50);
   EXPECT_EQ(other.splits, 5);  // 20 groups past the wave: 100 / 20
   EXPECT_EQ(other.ctas, 100 + 20 * 5);
+}
+
+// Past 2-4 whole waves of one-token groups (64 and 128 heads) as past one: the whole waves'
+// tokens unsplit and the tail split, no union pass (so no row order). Exact waves and past 5 or
+// more keep the union pass (at 64 heads its row order repays a last wave from ~8 waves on).
+TEST(Planner, OneTokenGroupsPastUpToFourWholeWavesSplitOnlyTheTail) {
+  // T, H, unsplit tokens, splits
+  for (auto [T, H, unsplit, splits] : {std::tuple{265, 64, 264, 64}, std::tuple{300, 64, 264, 3}, std::tuple{400, 64, 396, 32},
+                                       std::tuple{530, 64, 528, 64}, std::tuple{528, 64, 0, 1}, std::tuple{664, 64, 0, 1},
+                                       std::tuple{133, 128, 132, 64}, std::tuple{199, 128, 198, 64}, std::tuple{265, 128, 264, 64},
+                                       std::tuple{331, 128, 0, 1}, std::tuple{4096, 64, 0, 1}}) {
+    const std::string what = std::to_string(T) + " " + std::to_string(H);
+    const SparseMlaPlan p = plan_sparse_mla(T, H, 2048, kH100);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << what;
+    EXPECT_EQ(p.lead_tokens, unsplit) << what;
+    EXPECT_EQ(p.lead_splits, 1) << what;
+    EXPECT_EQ(p.splits, splits) << what;
+    EXPECT_EQ(p.union_pass, unsplit == 0) << what;
+    EXPECT_EQ(p.row_order, unsplit == 0 && H == 64) << what;
+    EXPECT_EQ(p.ctas, (unsplit + (T - unsplit) * splits) * (H / 64)) << what;
+  }
 }
 
 // Just past half a wave, where one split per token would leave half the SMs (split-K: half its

@@ -1529,7 +1529,8 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
 // small calls take them, and the H100's own (shared rows T = 133 / 67 / 34, split-K T = 265 /
 // 133). Just past whole waves (shared rows: one wave of one-token groups; split-K: whole waves
 // of one split) the lead tokens are unsplit; just past half a wave they take 2 splits; the later
-// tokens as many as fit a wave after them, or 3 in two rounds (128 heads T = 100, fp8 T = 420). Split-K with row order and fp8's 64-row tiles. The
+// tokens as many as fit a wave after them, or 3 in two rounds (128 heads T = 100, fp8 T = 420);
+// shared rows also past 2 whole waves (64 heads T = 265). Split-K with row order and fp8's 64-row tiles. The
 // later tokens' partials follow the lead tokens' and each set has its own combine: every case
 // checks every token's out and lse (strided), with -1 in the middle, runs, a row listed twice,
 // all padding and one valid row (split 0 alone), lists of 600-1600, per-token list lengths (each
@@ -1569,6 +1570,9 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                         Case{26, 32, 2048, IndexPattern::runs, true, false, 16, 16, 1}, Case{49, 16, 2048, IndexPattern::duplicates, false, false, 16, 32, 1},
                         Case{26, 16, 2048, IndexPattern::single_valid, true, true, 8, 16, 1}, Case{100, 128, 2048, IndexPattern::random, false, false, 0, 66, 1},
                         Case{420, 16, 2048, IndexPattern::runs, true, false, 0, 264, 1},
+                        // shared rows past 2 whole waves (64 / 128 heads)
+                        Case{17, 64, 2048, IndexPattern::random, false, false, 8, 16, 1}, Case{9, 128, 1600, IndexPattern::padding_middle, true, true, 8, 8, 1},
+                        Case{265, 64, 600, IndexPattern::runs, false, false, 0, 264, 1},
                         // every lead token done by its split 0: the lead combine's blocks leave at once, the
                         // later combine still reads the main kernel's partials (combine_before_another)
                         Case{133, 16, 2048, IndexPattern::random, true, false, 0, 132, 2, true},
