@@ -217,7 +217,7 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // (SparseMlaPlan::lead_tokens, unsplit), into as many splits as their CTAs fit a wave (the SMs
 // the last whole wave frees take them at once), at most one per tile and kTailMaxSplits (the
 // combine's mask of live splits): split-K past whole waves of one split, and shared rows'
-// one-token groups just past one wave (one wave of groups unsplit). No union pass: each CTA
+// one-token groups just past 1 to kSharedRowsLeadMaxWaves whole waves. No union pass: each CTA
 // compacts its token's list, as in one wave. Past half a wave more, up to 2/3, the tokens past
 // the waves may take 3 splits in two rounds (kLeadTwoRounds*, below). Further on, up to
 // kSharedRowsPastWaveMaxTenths / 10 waves of groups, 32 heads keep one-token groups with one

@@ -44,8 +44,8 @@
 //      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
 //      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. Just past
-//      one wave (the planner's, up to 1.5 waves, or 1.67 with 3 splits in two rounds) the first
-//      CTAs each take a group whole and only the tokens past them are split; just past half a
+//      1-4 whole waves (the planner's, by up to half a wave, or 2/3 with 3 splits in two rounds)
+//      the first CTAs each take a group whole and only the tokens past them are split; just past half a
 //      wave the first tokens take 2 splits and the later ones more (p.lead_tokens,
 //      lead_splits). At 64 and 128 heads with one wave of
 //      CTAs (or just past it) there is no union or order pass: each CTA compacts its token's list
@@ -229,6 +229,9 @@
 //               T = 100 / 110 197.3 / 198.2 -> 173.6 / 177.1, fp8 T = 100 213.6 -> 187.9; fp8 64
 //               heads T = 210 223.3 -> 196.7; 64 heads T = 200 212.0 -> 208.6; runs of 1-2048 rows
 //               at 128 heads T = 110 107.6 -> 119.5 (no order pass).
+//   v26 5560d7e (plans only) the same past 2-4 whole waves of one-token groups (was: the union
+//               pass): run 474 (us), 64 heads T = 265 / 400 305.4 / 402.9 -> 242.7 / 356.3, fp8
+//               T = 300 326.2 -> 250.2; 128 heads T = 133 / 199 285.9 / 376.0 -> 198.4 / 285.3.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
