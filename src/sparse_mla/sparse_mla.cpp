@@ -503,8 +503,9 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     return whole_tile_splits(shared_rows_tiles, max_splits);
   };
   // One-token groups just past one wave (params.h: up to half a wave more): one wave of groups
-  // unsplit, the tokens past it split (at least 2 splits). It took over from 2-3 equal splits of every group (and at 64 and 128 heads past 1.35 waves the
-  // union pass), runs 458-459 on the H100, random lists of 2048, µs: 32 heads T = 133 / 150 / 176
+  // unsplit, the tokens past it split (at least 2 splits). It took over from 2-3 equal splits of
+  // every group (and at 64 and 128 heads past 1.35 waves the union pass), runs 458-459 on the
+  // H100, random lists of 2048, µs: 32 heads T = 133 / 150 / 176
   // / 198 168.7 / 176.6 / 185.3 / 200.8 -> 128.7 / 145.0 / 167.1 / 184.7; 64 heads T = 133 / 160 /
   // 190 181.9 / 196.2 / 209.8 -> 131.6 / 158.1 / 185.8; 128 heads T = 67 / 80 / 99 154.7 / 164.1 /
   // 196.4 -> 107.4 / 125.9 / 151.5; fp8 by as much; runs of 1-2048 rows at 64 / 128 heads
@@ -514,7 +515,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // T = 200 202.0 against 212.6 / 214.7 / 245.4 with 4 / 8 / 16 splits, 128 heads T = 112 198.1
   // against 190.7 / 221.6; only mixed lengths gain: 32 heads runs T = 200 132.3 against 113.2),
   // except 3 splits in two rounds up to 2/3 of a wave where that pays (two_rounds_rule: 128
-  // heads T = 100 197.3 -> 173.6, run 470).
+  // heads T = 100 197.3 -> 173.6, run 470). The same past 2-4 whole waves at 64 and 128 heads
+  // (params.h kSharedRowsLeadMaxWaves: 128 heads T = 133 285.9 -> 198.4, run 474).
   int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
