@@ -577,6 +577,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
       one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
       one_token_32_heads = one_token_past_wave || (!shared_rows_pays && num_tokens <= dev.sm_count);
+#ifdef DSA_WHATIF
+      // What-if (not measured yet): past 2-4 whole waves of one-token groups, where 2-token groups
+      // would need a last wave for a few CTAs, one-token groups with lead tokens (the tail split).
+      const char* e = std::getenv("DSA_32H_LEAD_WAVES");
+      const int64_t whole_waves = num_tokens / dev.sm_count;
+      if (e && !one_token_32_heads && whole_waves >= 2 && whole_waves <= std::atoi(e) && shared_rows_lead(num_tokens, 1).splits > 0)
+        one_token_32_heads = one_token_past_wave = true;
+#endif
     }
     if (one_token_32_heads) {
       shared_rows_pays = true;
