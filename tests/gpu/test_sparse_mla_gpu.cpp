@@ -1530,12 +1530,12 @@ TEST_F(Gpu, TopkLengthsEndEveryKernelsLists) {
 // 133). Just past whole waves (shared rows: one wave of one-token groups; split-K: whole waves
 // of one split) the lead tokens are unsplit; just past half a wave they take 2 splits; the later
 // tokens as many as fit a wave after them, or 3 in two rounds (128 heads T = 100, fp8 T = 420);
-// shared rows also past 2 whole waves (64 heads T = 265). Split-K with row order and fp8's 64-row tiles. The
-// later tokens' partials follow the lead tokens' and each set has its own combine: every case
-// checks every token's out and lse (strided), with -1 in the middle, runs, a row listed twice,
-// all padding and one valid row (split 0 alone), lists of 600-1600, per-token list lengths (each
-// combine counts its tokens' lists from its own view), and lead tokens all done by split 0 with
-// later ones that need their combine.
+// shared rows also past 2 whole waves (64 heads T = 265). Split-K with row order and fp8's
+// 64-row tiles. The later tokens' partials follow the lead tokens' and each set has its own
+// combine: every case checks every token's out and lse (strided), with -1 in the middle, runs,
+// a row listed twice, all padding and one valid row (split 0 alone), lists of 256-1600,
+// per-token list lengths (each combine counts its tokens' lists from its own view), and lead
+// tokens all done by split 0 with later ones that need their combine.
 TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
   const DeviceInfo device = DeviceInfo::from_device(0);
   struct Case {
