@@ -390,12 +390,18 @@ TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
 // allows.
 LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, TwoRounds rule) {
   const LeadPlan one_round = lead_plan(lead_tokens, 1, later, slots, tiles, 2);
+  int64_t max_rounds = 2;
 #ifdef DSA_WHATIF
-  if (const char* e = std::getenv("DSA_LEAD_ROUNDS"); e && std::atoi(e) < 2) rule = TwoRounds::never;  // what-if builds only
+  // What-if builds only: 1 = one round; 3 = also 4 splits over three rounds where `rule` is
+  // always (tails of up to 3/4 of a wave; not measured yet).
+  if (const char* e = std::getenv("DSA_LEAD_ROUNDS")) max_rounds = std::atoi(e);
+  if (max_rounds < 2) rule = TwoRounds::never;
 #endif
   if (one_round.splits > 0 || rule == TwoRounds::never) return one_round;
   if (rule == TwoRounds::short_tail && later * detail::kLeadTwoRoundsMaxTailDen > slots * detail::kLeadTwoRoundsMaxTailNum) return {};
-  return lead_plan(lead_tokens, 1, later, slots, tiles, 2, 2);
+  const LeadPlan two_rounds = lead_plan(lead_tokens, 1, later, slots, tiles, 2, 2);
+  if (two_rounds.splits > 0 || max_rounds < 3 || rule != TwoRounds::always) return two_rounds;
+  return lead_plan(lead_tokens, 1, later, slots, tiles, 2, 3);
 }
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
