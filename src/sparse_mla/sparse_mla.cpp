@@ -706,7 +706,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       splitk_lead = lead_plan(half, 2, num_tokens - half, token_slots, tiles, lead_min_tail_splits);
     if (splitk_lead.splits > 0) {
       plan.block_keys = tile;
-      plan.chunk = static_cast<int>(ceil_div(tiles, splitk_lead.splits) * tile);
+      plan.chunk = splitk_chunk(topk, splitk_lead.splits, tile);
     }
   }
   // fp8 with splits of >= 1024 positions: 64-row tiles (still two CTAs per SM, where bf16's take
