@@ -222,7 +222,8 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // the waves may take 3 splits in two rounds (kLeadTwoRounds*, below). Further on, up to
 // kSharedRowsPastWaveMaxTenths / 10 waves of groups, 32 heads keep one-token groups with one
 // split (their alternative, 2-token groups, are T / 2 CTAs), while 64 and 128 heads take the
-// union pass, whose order pass puts the longest lists in the first wave.
+// union pass, whose order pass puts the longest lists in the first wave. 32 heads take
+// one-token groups with lead tokens again past 2 to kSharedRowsLeadMaxWaves whole waves.
 inline constexpr int kTailMaxSplits = 64;
 // Split-K only with lists of at least this many positions (topk 512 at 16 heads T = 265: 87.6
 // -> 68.5 µs, run 463; shorter lists were not measured: their whole CTA costs little more than a
@@ -267,6 +268,9 @@ inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // waves lose the union pass's row order (64 heads: a wave ~10 % slower), so further on the last
 // wave's saving no longer repays it (break-even ~8 waves); mixed lengths lose the order pass
 // (runs of 1-2048 rows at 128 heads T = 150 144.5 -> 156.7; 64 heads T = 300 184.4 -> 181.0).
+// 32 heads (lists of >= kSharedRowsLongList) past 2 to this many whole waves of one-token groups
+// take them too, instead of 2-token groups whose last wave holds a few CTAs (run 477: T = 265 /
+// 400 / 529 290.7 / 370.6 / 468.1 -> 236.0 / 346.1 / 446.4, fp8 T = 300 285.5 -> 235.7).
 inline constexpr int64_t kSharedRowsLeadMaxWaves = 4;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
@@ -300,8 +304,9 @@ __host__ __device__ inline int shared_rows_groups_per_token(int group_heads) {
   return group_heads > kSharedRowsBlocks * kHeadGroup ? group_heads / (kSharedRowsBlocks * kHeadGroup) : 1;
 }
 // 32 heads as one token per group (shared_rows_group_heads): lists of >= kSharedRowsLongList
-// from this many tokens (both caches), below the union's line in one wave, and past
-// one wave up to kSharedRowsPastWaveMaxTenths / 10 waves.
+// from this many tokens (both caches), below the union's line in one wave, past one wave up to
+// kSharedRowsPastWaveMaxTenths / 10 waves, and past 2 to kSharedRowsLeadMaxWaves whole waves
+// where their tail takes lead-token splits.
 inline constexpr int kSharedRowsOneToken32HeadsMinTokens = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;

@@ -553,7 +553,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   };
   LeadPlan lead;  // the shared-rows plan's
   bool one_token_32_heads = false;    // 32 heads in one-token groups (shared_rows_group_heads)
-  bool one_token_past_wave = false;   // 32 heads: one-token groups up to 1.7 waves, no union pass
+  bool one_token_past_wave = false;   // 32 heads: one-token groups past one wave, no union pass
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
@@ -583,14 +583,15 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
       one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
       one_token_32_heads = one_token_past_wave || (!shared_rows_pays && num_tokens <= dev.sm_count);
-#ifdef DSA_WHATIF
-      // What-if (not measured yet): past 2-4 whole waves of one-token groups, where 2-token groups
-      // would need a last wave for a few CTAs, one-token groups with lead tokens (the tail split).
-      const char* e = std::getenv("DSA_32H_LEAD_WAVES");
-      const int64_t whole_waves = num_tokens / dev.sm_count;
-      if (e && !one_token_32_heads && whole_waves >= 2 && whole_waves <= std::atoi(e) && shared_rows_lead(num_tokens, 1).splits > 0)
+      // Past 2 to kSharedRowsLeadMaxWaves whole waves of them, where 2-token groups would need a
+      // last wave for a few CTAs: one-token groups with lead tokens (the tail split), whatever
+      // the hint (run 477, µs, 2-token groups or split-K -> lead tokens): random T = 265 / 300 /
+      // 330 / 400 / 529 290.7 / 369.1 / 369.4 / 370.6 / 468.1 -> 236.0 / 267.0 / 292.3 / 346.1 /
+      // 446.4, topk 1024 T = 265 174.4 -> 134.6, fp8 (split-K) T = 265 / 300 243.3 / 285.5 ->
+      // 206.7 / 235.7, runs of 1-2048 rows T = 300 216.5 -> 173.1; split-K's own lead plan
+      // lost (T = 265 / 300 301.3 / 349.3).
+      if (!one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count} && shared_rows_lead(num_tokens, 1).splits > 0)
         one_token_32_heads = one_token_past_wave = true;
-#endif
     }
     if (one_token_32_heads) {
       shared_rows_pays = true;

@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -46,22 +47,27 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         // Lead tokens: just past whole waves (at most half a wave more) shared rows' 1-4 waves of
         // one-token groups, split-K's whole waves of one split (264 CTAs, lists of 512-2048),
         // unsplit; just past half a wave (shared rows at 128 heads only) half a wave of them in 2
-        // splits; the tokens past them in
-        // as many splits as fit a wave (at least 2, or 8 past half a wave), none left empty by a
-        // full list. Past whole waves, where fewer than 2 fit, 3 in two rounds of a wave where the
+        // splits; the tokens past them in as many splits as fit a wave (at least 2, or 8 past
+        // half a wave), none left empty by a full list. Past whole waves, where fewer than 2 fit, 3 in two rounds of a wave where the
         // rule allows: 128 heads; 64 heads, and 16 / 32 heads with lists of 2048, for a tail of
         // at most 11/20 of a wave (bf16).
         const auto splits_of = [](int64_t tiles, int64_t fit) { return (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit); };
-        int64_t want_lead = 0, want_lead_splits = 1, want_splits = 0;
-        const auto expect_lead = [&](int64_t lead, int64_t lead_splits, int64_t later, int64_t slots, int64_t t, int64_t min_fit,
-                                     int64_t rounds = 1) {
+        // The later tokens' splits (0: no lead plan).
+        const auto later_splits = [&](int64_t later, int64_t slots, int64_t t, int64_t min_fit, int64_t rounds = 1) -> int64_t {
           const int64_t fit = std::min<int64_t>({rounds * slots / later, t, 64});
-          if (fit >= min_fit && splits_of(t, fit) > rounds) want_lead = lead, want_lead_splits = lead_splits, want_splits = splits_of(t, fit);
+          return fit >= min_fit && splits_of(t, fit) > rounds ? splits_of(t, fit) : 0;
+        };
+        const auto past_waves_splits = [&](int64_t later, int64_t slots, int64_t t) -> int64_t {
+          const int64_t one_round = later_splits(later, slots, t, 2);
+          const bool two_rounds = H == 128 || ((H == 64 || topk >= 2048) && later * 20 <= slots * 11);
+          return one_round > 0 || !two_rounds ? one_round : later_splits(later, slots, t, 2, 2);
+        };
+        int64_t want_lead = 0, want_lead_splits = 1, want_splits = 0;
+        const auto expect_lead = [&](int64_t lead, int64_t lead_splits, int64_t later, int64_t slots, int64_t t, int64_t min_fit) {
+          if (const int64_t s = later_splits(later, slots, t, min_fit)) want_lead = lead, want_lead_splits = lead_splits, want_splits = s;
         };
         const auto expect_past_waves = [&](int64_t lead, int64_t later, int64_t slots, int64_t t) {
-          expect_lead(lead, 1, later, slots, t, 2);
-          const bool two_rounds = H == 128 || ((H == 64 || topk >= 2048) && later * 20 <= slots * 11);
-          if (want_lead == 0 && two_rounds) expect_lead(lead, 1, later, slots, t, 2, 2);
+          if (const int64_t s = past_waves_splits(later, slots, t)) want_lead = lead, want_lead_splits = 1, want_splits = s;
         };
         const int64_t token_slots = 264 / (H / 16);
         const int64_t wave = 132 / groups_per_token * groups_per_token, whole = groups / wave * wave;  // shared rows' groups
@@ -86,8 +92,12 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           // unsplit: CTAs compact their lists.
           const bool past_wave_32 = H == 32 && one_token && groups > 132 && groups * 10 <= 17 * 132;
           EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || just_past_wave || past_wave_32)));
-          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && T <= 224 && topk >= 1024);
+          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && (T <= 224 || want_lead > 0) && topk >= 1024);
         }
+        // 32 heads past 2-4 whole waves (lists of 1024-2048): one-token groups exactly where
+        // their tail takes lead-token splits.
+        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264 && T % 132 > 0 && T / 132 <= 4)
+          EXPECT_EQ(shared_rows && !p.union_pass, past_waves_splits(T % 132, 132, tiles) > 0);
         // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
         // sizes, the order), each array rounded up to 16 bytes; then the partials of its splits.
@@ -254,9 +264,9 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
-  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) and 300
-  // (150 CTAs, 2 waves at 57 %) differ.
-  for (int T : {230, 300}) {
+  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) and 661
+  // (past 5 whole waves: 331 2-token CTAs, 3 waves at 84 %) differ.
+  for (int T : {230, 661}) {
     EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::split_k) << T;
     EXPECT_EQ(bf16_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   }
@@ -323,13 +333,16 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 // groups > 264 CTAs: T > 132), whether or not its own CTAs fill theirs, unless the caller says the
 // tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 with
 // lists of >= 1024 (both caches), whatever the hint, one token per CTA in one wave (no union pass),
-// and past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsJustPastOneWave...).
+// past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsJustPastOneWave...), and past
+// 2-4 whole waves where the tail takes lead-token splits.
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
   };
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
-    for (int T : {225, 256, 300, 512, 600, 1024, 4096}) {
+    // Whole waves of one-token groups, a tail past them of more than 11/20 of a wave (bf16), or
+    // past 4 whole waves: 2-token groups.
+    for (int T : {225, 256, 264, 350, 512, 661, 1024, 4096}) {
       EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
       if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
@@ -348,6 +361,26 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
       EXPECT_EQ(p.fused_rows, splits > 1 ? p.chunk : 0) << T;
       EXPECT_EQ(p.launches, splits > 1 ? 2 : 1) << T;
     }
+    // Past 2-4 whole waves: one-token groups again, the whole waves' tokens unsplit and the tail
+    // in as many splits as fit a wave, or 3 over two rounds (up to 11/20 of a wave; fp8 always).
+    for (auto [T, topk, kv, unsplit, splits] :
+         {std::tuple{265, 2048, KvCacheFormat::bf16, 264, 64}, std::tuple{300, 2048, KvCacheFormat::bf16, 264, 3},
+          std::tuple{330, 2048, KvCacheFormat::bf16, 264, 2}, std::tuple{350, 2048, KvCacheFormat::fp8_ds_mla, 264, 3},
+          std::tuple{397, 2048, KvCacheFormat::bf16, 396, 64}, std::tuple{529, 2048, KvCacheFormat::fp8_ds_mla, 528, 64},
+          std::tuple{600, 2048, KvCacheFormat::bf16, 528, 3}, std::tuple{265, 1024, KvCacheFormat::bf16, 264, 32}}) {
+      const SparseMlaPlan p = plan(T, sharing, topk, kv);
+      const std::string what = std::to_string(T) + " topk " + std::to_string(topk);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << what;
+      EXPECT_FALSE(p.union_pass) << what;
+      EXPECT_EQ(p.lead_tokens, unsplit) << what;
+      EXPECT_EQ(p.lead_splits, 1) << what;
+      EXPECT_EQ(p.splits, splits) << what;
+      EXPECT_EQ(p.ctas, unsplit + (T - unsplit) * splits) << what;  // one CTA per token and split
+      EXPECT_EQ(p.workspace_bytes, size_t(T - unsplit) * splits * 32 * 1028) << what;
+      EXPECT_EQ(p.launches, 2) << what;
+    }
+    EXPECT_EQ(plan(265, sharing, 1023).kernel, SparseMlaKernel::split_k);  // shorter lists keep split-K's lead plan
+    EXPECT_EQ(plan(350, sharing, 2048, KvCacheFormat::fp8_ds_mla).chunk, 704);
     EXPECT_EQ(plan(133, sharing).chunk, 32);  // 64 tiles in 64 splits
     EXPECT_EQ(plan(133, sharing, 1024).splits, 32);  // at most a tile each
     EXPECT_EQ(plan(133, sharing, 1023).kernel, SparseMlaKernel::split_k);  // shorter lists: from T = 256 in whole waves
