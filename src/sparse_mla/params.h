@@ -223,7 +223,7 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // kSharedRowsPastWaveMaxTenths / 10 waves of groups, 32 heads keep one-token groups with one
 // split (their alternative, 2-token groups, are T / 2 CTAs), while 64 and 128 heads take the
 // union pass, whose order pass puts the longest lists in the first wave. 32 heads take
-// one-token groups with lead tokens again past 2 to kSharedRowsLeadMaxWaves whole waves.
+// one-token groups with lead tokens again past 2 or more whole waves (kOneTokenWaves*, below).
 inline constexpr int kTailMaxSplits = 64;
 // Split-K only with lists of at least this many positions (topk 512 at 16 heads T = 265: 87.6
 // -> 68.5 µs, run 463; shorter lists were not measured: their whole CTA costs little more than a
@@ -268,10 +268,22 @@ inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // waves lose the union pass's row order (64 heads: a wave ~10 % slower), so further on the last
 // wave's saving no longer repays it (break-even ~8 waves); mixed lengths lose the order pass
 // (runs of 1-2048 rows at 128 heads T = 150 144.5 -> 156.7; 64 heads T = 300 184.4 -> 181.0).
-// 32 heads (lists of >= kSharedRowsLongList) past 2 to this many whole waves of one-token groups
-// take them too, instead of 2-token groups whose last wave holds a few CTAs (run 477: T = 265 /
-// 400 / 529 290.7 / 370.6 / 468.1 -> 236.0 / 346.1 / 446.4, fp8 T = 300 285.5 -> 235.7).
 inline constexpr int64_t kSharedRowsLeadMaxWaves = 4;
+// 32 heads (lists of >= kSharedRowsLongList) past 2 or more whole waves of one-token groups take
+// lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of
+// them), where the planner's wave count says so (one_token_lead_pays): one-token waves (whole +
+// rounds / splits of the tail) < (ratio x 2-token waves + setup) / den. A wave of one-token
+// groups costs ~110 µs, of 2-token groups ~172 + ~32 for the union pass and the first wave's
+// setup (bf16, runs 477-478: one-token T = 529 / 661 446.6 / 552.0 for 4 / 5 waves, 2-token
+// T = 512 / 792 / 1056 372.2 / 548.0 / 719.9 for 2 / 3 / 4); fp8 ~97 against ~182 + 33 (runs
+// 396, 478). Measured at its edges (bf16, µs, 2-token against one-token): T = 400 369.3 / 345.9
+// (taken), 450 ~371 / 386.7, 600 542.7 / 515.9 (taken), 661 543.1 / 552.0, 800 711.3 / 665.0
+// (taken), 925 714.6 / 762.5.
+struct WaveCost {
+  int64_t den, ratio, setup;
+};
+inline constexpr WaveCost kOneTokenWavesBf16{16, 25, 5};  // 1.56 x 2-token waves + 0.31
+inline constexpr WaveCost kOneTokenWavesFp8{8, 15, 3};    // 1.88 x 2-token waves + 0.38
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.
@@ -305,8 +317,8 @@ __host__ __device__ inline int shared_rows_groups_per_token(int group_heads) {
 }
 // 32 heads as one token per group (shared_rows_group_heads): lists of >= kSharedRowsLongList
 // from this many tokens (both caches), below the union's line in one wave, past one wave up to
-// kSharedRowsPastWaveMaxTenths / 10 waves, and past 2 to kSharedRowsLeadMaxWaves whole waves
-// where their tail takes lead-token splits.
+// kSharedRowsPastWaveMaxTenths / 10 waves, and past 2 or more whole waves where their tail
+// takes lead-token splits and their waves cost less (kOneTokenWaves*).
 inline constexpr int kSharedRowsOneToken32HeadsMinTokens = 16;
 __host__ __device__ inline int64_t shared_rows_union_entries_offset(int topk) {
   return kSharedRowsUnionHeaderBytes + (kSharedRowsBlocks * int64_t{topk} + kSharedRowsTileEntries) * 4;

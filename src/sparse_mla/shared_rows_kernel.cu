@@ -50,9 +50,9 @@
 //      lead_splits). At 64 and 128 heads with one wave of
 //      CTAs (or just past it) there is no union or order pass: each CTA compacts its token's list
 //      itself and gathers its first two tiles while Q is still landing.
-//   At 32 heads below the union's line (up to 1.7 waves, and past 2-4 whole waves with lead
-//      tokens: the planner's) a CTA is one token's 32 heads in rows 0-31 of the 64-head layout:
-//      no union pass, as at 64 heads; rows 32-63 idle.
+//   At 32 heads below the union's line (up to 1.7 waves, and past 2 or more whole waves with
+//      lead tokens: the planner's) a CTA is one token's 32 heads in rows 0-31 of the 64-head
+//      layout: no union pass, as at 64 heads; rows 32-63 idle.
 //   4. fp8_ds_mla caches (kFp8 instances): each output warpgroup gathers its half of a row's 656
 //      bytes (256 e4m3 values into the upper half of its columns, 8 lanes to a 128-byte row as a
 //      bf16 gather; the 4 scales; its 32 kpe values, bf16, where a bf16 row keeps them) and,
@@ -233,10 +233,11 @@
 //   v26 5560d7e (plans only) the same past 2-4 whole waves of one-token groups (was: the union
 //               pass): run 474 (us), 64 heads T = 265 / 400 305.4 / 402.9 -> 242.7 / 356.3, fp8
 //               T = 300 326.2 -> 250.2; 128 heads T = 133 / 199 285.9 / 376.0 -> 198.4 / 285.3.
-//   v27 (plans only) 32 heads past 2-4 whole waves too: one-token groups with lead tokens (was:
-//               2-token groups, or split-K for fp8). Run 477 (what-if, us): T = 265 / 300 / 400 /
-//               529 290.7 / 369.1 / 370.6 / 468.1 -> 236.0 / 267.0 / 346.1 / 446.4, fp8 T = 300
-//               285.5 -> 235.7.
+//   v27 2952003 (plans only) 32 heads past 2 or more whole waves too: one-token groups with lead
+//               tokens (was: 2-token groups, or split-K for fp8) where their waves cost less (the
+//               planner's one_token_lead_pays). Run 478 (us): T = 265 / 300 / 400 / 529 289.5 /
+//               366.8 / 369.3 / 464.8 -> 235.9 / 267.5 / 345.9 / 446.6, fp8 T = 300 / 700 283.7
+//               / 628.9 -> 233.8 / 508.7.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than

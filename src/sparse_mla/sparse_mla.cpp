@@ -404,6 +404,18 @@ LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int6
   return lead_plan(lead_tokens, 1, later, slots, tiles, 2, 3);
 }
 
+// 32 heads past 2 or more whole waves (params.h kOneTokenWaves*): whether one-token groups with
+// lead tokens (the whole waves unsplit, the tail in `tail_splits` splits over as many rounds as
+// their CTAs fill) cost less than 2-token groups, in waves of each: whole + rounds / tail_splits
+// against ceil(T / 2 / SMs) x the cost ratio + the union pass's setup.
+bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, bool fp8) {
+  const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
+  const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
+  const int64_t two_token_waves = ceil_div(ceil_div(num_tokens, 2), sm_count);
+  const detail::WaveCost c = fp8 ? detail::kOneTokenWavesFp8 : detail::kOneTokenWavesBf16;
+  return c.den * (whole * tail_splits + rounds) < (c.ratio * two_token_waves + c.setup) * tail_splits;
+}
+
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
                               IndexSharing sharing, KvCacheFormat kv_format) {
   validate_shape(num_tokens, num_heads, topk);
@@ -531,13 +543,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // (their groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
   // the later tokens in as many splits as fit the SMs after them; none where too few fit.
   const TwoRounds two_rounds = two_rounds_rule(num_heads, topk, fp8);
-  const auto shared_rows_lead = [&](int64_t groups, int groups_per_token) -> LeadPlan {
+  // max_lead_waves: the most whole waves whose tokens go unsplit.
+  const auto shared_rows_lead = [&](int64_t groups, int groups_per_token, int64_t max_lead_waves) -> LeadPlan {
     const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
-    int64_t max_lead_waves = detail::kSharedRowsLeadMaxWaves;
-#ifdef DSA_WHATIF
-    if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
-#endif
-    if (groups > wave) {  // past 1 to kSharedRowsLeadMaxWaves whole waves: their tokens unsplit, the tail split
+    if (groups > wave) {  // past 1 to max_lead_waves whole waves: their tokens unsplit, the tail split
       const int64_t whole = groups / wave * wave;
       if (whole == groups || whole / wave > max_lead_waves) return {};
       return past_waves_lead(whole / groups_per_token, groups - whole, dev.sm_count, shared_rows_tiles, two_rounds);
@@ -564,7 +573,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // in the first wave (runs of 1-2048 rows 64 heads T = 179 / 224 127.9 / 134.5 against 133.6 /
     // 156.4 without it, 128 heads T = 100 107.0 against 128.2; full lists do not repay it: 64
     // heads T = 200 213.1 against 207.5; runs 449-450).
-    lead = shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads));
+    int64_t max_lead_waves = detail::kSharedRowsLeadMaxWaves;
+#ifdef DSA_WHATIF
+    if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
+#endif
+    lead = shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads), max_lead_waves);
     shared_rows_splits = lead.splits > 0 ? lead.splits : one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
@@ -583,19 +596,23 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
       one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
       one_token_32_heads = one_token_past_wave || (!shared_rows_pays && num_tokens <= dev.sm_count);
-      // Past 2 to kSharedRowsLeadMaxWaves whole waves of them, where 2-token groups would need a
-      // last wave for a few CTAs: one-token groups with lead tokens (the tail split), whatever
-      // the hint (run 477, µs, 2-token groups or split-K -> lead tokens): random T = 265 / 300 /
-      // 330 / 400 / 529 290.7 / 369.1 / 369.4 / 370.6 / 468.1 -> 236.0 / 267.0 / 292.3 / 346.1 /
-      // 446.4, topk 1024 T = 265 174.4 -> 134.6, fp8 (split-K) T = 265 / 300 243.3 / 285.5 ->
-      // 206.7 / 235.7, runs of 1-2048 rows T = 300 216.5 -> 173.1; split-K's own lead plan
-      // lost (T = 265 / 300 301.3 / 349.3).
-      if (!one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count} && shared_rows_lead(num_tokens, 1).splits > 0)
-        one_token_32_heads = one_token_past_wave = true;
+      // Past 2 or more whole waves of them: one-token groups with lead tokens (the tail split)
+      // where their waves cost less than the 2-token groups' (one_token_lead_pays), whatever
+      // the hint. Run 478, µs, 2-token groups or split-K -> lead tokens: random T = 265 / 300 /
+      // 330 / 400 / 529 / 600 289.5 / 366.8 / 367.4 / 369.3 / 464.8 / 542.7 -> 235.9 / 267.5 /
+      // 292.0 / 345.9 / 446.6 / 515.9, topk 1024 T = 265 173.7 -> 134.3, fp8 (split-K) T = 300 /
+      // 350 283.7 / 332.4 -> 233.8 / 275.6, runs of 1-2048 rows T = 300 217.9 -> 173.1; past 4
+      // whole waves T = 800 711.3 -> 665.0, fp8 T = 700 628.9 -> 508.7. The rule's losses there:
+      // T = 450 / 661 / 700 / 925 2-token 371 / 543.1 / 544.5 / 714.6 against 386.7 / 552.0 /
+      // 587.8 / 762.5 (runs 477-478).
+      if (!one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count}) {
+        const LeadPlan l = shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
+        if (l.splits > 0 && one_token_lead_pays(num_tokens, l.splits, dev.sm_count, fp8)) one_token_32_heads = one_token_past_wave = true;
+      }
     }
     if (one_token_32_heads) {
       shared_rows_pays = true;
-      lead = shared_rows_lead(num_tokens, 1);
+      lead = shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
       shared_rows_splits = lead.splits > 0 ? lead.splits : one_token_splits(num_tokens);
     }
   } else if (tokens_per_group == 4)  // 16 heads

@@ -72,7 +72,7 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         const int64_t token_slots = 264 / (H / 16);
         const int64_t wave = 132 / groups_per_token * groups_per_token, whole = groups / wave * wave;  // shared rows' groups
         if (one_token && groups > wave) {
-          if (whole != groups && whole / wave <= 4) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles);
+          if (whole != groups && (whole / wave <= 4 || H == 32)) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles);
         }
         else if (one_token && H == 128 && groups > 66 / groups_per_token * groups_per_token)
           expect_lead(66 / groups_per_token, 2, groups - 66 / groups_per_token * groups_per_token, 132, tiles, 8);
@@ -94,10 +94,14 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || just_past_wave || past_wave_32)));
           if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && (T <= 224 || want_lead > 0) && topk >= 1024);
         }
-        // 32 heads past 2-4 whole waves (lists of 1024-2048): one-token groups exactly where
-        // their tail takes lead-token splits.
-        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264 && T % 132 > 0 && T / 132 <= 4)
-          EXPECT_EQ(shared_rows && !p.union_pass, past_waves_splits(T % 132, 132, tiles) > 0);
+        // 32 heads past 2 or more whole waves (lists of 1024-2048): one-token groups exactly
+        // where their tail takes lead-token splits and their waves (whole + rounds / splits) are
+        // fewer than 25/16 x the 2-token groups' + 5/16 (bf16).
+        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264 && T % 132 > 0) {
+          const int64_t s = past_waves_splits(T % 132, 132, tiles);
+          const int64_t rounds = (T % 132 * s + 131) / 132, two_token_waves = ((T + 1) / 2 + 131) / 132;
+          EXPECT_EQ(shared_rows && !p.union_pass, s > 0 && 16 * (T / 132 * s + rounds) < (25 * two_token_waves + 5) * s);
+        }
         // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
         // sizes, the order), each array rounded up to 16 bytes; then the partials of its splits.
@@ -264,9 +268,9 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
-  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) and 661
-  // (past 5 whole waves: 331 2-token CTAs, 3 waves at 84 %) differ.
-  for (int T : {230, 661}) {
+  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) and 628
+  // (a tail of 0.76 of a wave past 4: no lead tokens; 314 2-token CTAs, 3 waves at 79 %) differ.
+  for (int T : {230, 628}) {
     EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::split_k) << T;
     EXPECT_EQ(bf16_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   }
@@ -334,15 +338,16 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 // tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 with
 // lists of >= 1024 (both caches), whatever the hint, one token per CTA in one wave (no union pass),
 // past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsJustPastOneWave...), and past
-// 2-4 whole waves where the tail takes lead-token splits.
+// 2 or more whole waves where the tail takes lead-token splits and their waves cost less.
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
   };
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
     // Whole waves of one-token groups, a tail past them of more than 11/20 of a wave (bf16), or
-    // past 4 whole waves: 2-token groups.
-    for (int T : {225, 256, 264, 350, 512, 661, 1024, 4096}) {
+    // more one-token waves than 25/16 x the 2-token groups' + 5/16 (T = 450: 3.5 against 2;
+    // 661: 5.02 against 3; 700: 5.33 against 3): 2-token groups.
+    for (int T : {225, 256, 264, 350, 450, 512, 661, 700, 1024, 4096}) {
       EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
       if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
@@ -361,13 +366,17 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
       EXPECT_EQ(p.fused_rows, splits > 1 ? p.chunk : 0) << T;
       EXPECT_EQ(p.launches, splits > 1 ? 2 : 1) << T;
     }
-    // Past 2-4 whole waves: one-token groups again, the whole waves' tokens unsplit and the tail
-    // in as many splits as fit a wave, or 3 over two rounds (up to 11/20 of a wave; fp8 always).
+    // Past 2 or more whole waves: one-token groups again, the whole waves' tokens unsplit and the
+    // tail in as many splits as fit a wave, or 3 over two rounds (up to 11/20 of a wave; fp8
+    // always), where their waves cost less (bf16 T = 600: 4.67 one-token waves against 3
+    // 2-token; 800: 6.06 against 4; fp8 T = 700: 5.33 against 3 x 15/8).
     for (auto [T, topk, kv, unsplit, splits] :
          {std::tuple{265, 2048, KvCacheFormat::bf16, 264, 64}, std::tuple{300, 2048, KvCacheFormat::bf16, 264, 3},
           std::tuple{330, 2048, KvCacheFormat::bf16, 264, 2}, std::tuple{350, 2048, KvCacheFormat::fp8_ds_mla, 264, 3},
-          std::tuple{397, 2048, KvCacheFormat::bf16, 396, 64}, std::tuple{529, 2048, KvCacheFormat::fp8_ds_mla, 528, 64},
-          std::tuple{600, 2048, KvCacheFormat::bf16, 528, 3}, std::tuple{265, 1024, KvCacheFormat::bf16, 264, 32}}) {
+          std::tuple{397, 2048, KvCacheFormat::bf16, 396, 64}, std::tuple{430, 2048, KvCacheFormat::bf16, 396, 3},
+          std::tuple{529, 2048, KvCacheFormat::fp8_ds_mla, 528, 64}, std::tuple{600, 2048, KvCacheFormat::bf16, 528, 3},
+          std::tuple{800, 2048, KvCacheFormat::bf16, 792, 16}, std::tuple{700, 2048, KvCacheFormat::fp8_ds_mla, 660, 3},
+          std::tuple{1057, 2048, KvCacheFormat::bf16, 1056, 64}, std::tuple{265, 1024, KvCacheFormat::bf16, 264, 32}}) {
       const SparseMlaPlan p = plan(T, sharing, topk, kv);
       const std::string what = std::to_string(T) + " topk " + std::to_string(topk);
       EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << what;
