@@ -277,8 +277,10 @@ inline constexpr int64_t kSharedRowsLeadMaxWaves = 4;
 // setup (bf16, runs 477-478: one-token T = 529 / 661 446.6 / 552.0 for 4 / 5 waves, 2-token
 // T = 512 / 792 / 1056 372.2 / 548.0 / 719.9 for 2 / 3 / 4); fp8 ~97 against ~182 + 33 (runs
 // 396, 478). Measured at its edges (bf16, µs, 2-token against one-token): T = 400 369.3 / 345.9
-// (taken), 450 ~371 / 386.7, 600 542.7 / 515.9 (taken), 661 543.1 / 552.0, 800 711.3 / 665.0
-// (taken), 925 714.6 / 762.5.
+// (taken), 450 375.9 / 387.2, 600 542.7 / 515.9 (taken), 661 543.1 / 552.0, 800 716.2 / 665.4
+// (taken), 925 714.6 / 762.5. A last 2-token wave of a single CTA holding one token (odd T)
+// costs half a wave (T = 1056 / 1057 719.9 / 810.3 against one-token 868.8 at 1057; T = 264 /
+// 265 204.5 / 289.5), of 2-token CTAs a whole one (T = 792 / 800 548.0 / 716.2). Runs 478-479.
 struct WaveCost {
   int64_t den, ratio, setup;
 };

@@ -407,13 +407,15 @@ LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int6
 // 32 heads past 2 or more whole waves (params.h kOneTokenWaves*): whether one-token groups with
 // lead tokens (the whole waves unsplit, the tail in `tail_splits` splits over as many rounds as
 // their CTAs fill) cost less than 2-token groups, in waves of each: whole + rounds / tail_splits
-// against ceil(T / 2 / SMs) x the cost ratio + the union pass's setup.
+// against ceil(T / 2 / SMs) x the cost ratio + the union pass's setup. A last 2-token wave of one
+// CTA that holds one token (odd T) counts half: it reads one list.
 bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, bool fp8) {
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
-  const int64_t two_token_waves = ceil_div(ceil_div(num_tokens, 2), sm_count);
+  const int64_t two_token_ctas = ceil_div(num_tokens, 2);
+  const int64_t two_token_half_waves = 2 * ceil_div(two_token_ctas, sm_count) - (num_tokens % 2 == 1 && two_token_ctas % sm_count == 1 ? 1 : 0);
   const detail::WaveCost c = fp8 ? detail::kOneTokenWavesFp8 : detail::kOneTokenWavesBf16;
-  return c.den * (whole * tail_splits + rounds) < (c.ratio * two_token_waves + c.setup) * tail_splits;
+  return 2 * c.den * (whole * tail_splits + rounds) < (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
 }
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
