@@ -217,7 +217,7 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 // (SparseMlaPlan::lead_tokens, unsplit), into as many splits as their CTAs fit a wave (the SMs
 // the last whole wave frees take them at once), at most one per tile and kTailMaxSplits (the
 // combine's mask of live splits): split-K past whole waves of one split, and shared rows'
-// one-token groups just past 1 to kSharedRowsLeadMaxWaves whole waves. No union pass: each CTA
+// one-token groups just past whole waves (kSharedRowsLeadMaxWaves). No union pass: each CTA
 // compacts its token's list, as in one wave. Past half a wave more, up to 2/3, the tokens past
 // the waves may take 3 splits in two rounds (kLeadTwoRounds*, below). Further on, up to
 // kSharedRowsPastWaveMaxTenths / 10 waves of groups, 32 heads keep one-token groups with one
@@ -259,16 +259,21 @@ inline constexpr int kLeadTwoRoundsMaxTailNum = 11;
 inline constexpr int kLeadTwoRoundsMaxTailDen = 20;
 inline constexpr int kLeadTwoRoundsMinList16And32Heads = 2048;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
-// Shared rows' one-token groups past up to this many whole waves (64 and 128 heads): the whole
-// waves' tokens unsplit, the tail split (lead tokens, no union pass) instead of a last wave of
-// whole lists after the union pass. Run 473 (H100, µs): 64 heads T = 265 / 300 / 400 / 530
+// Shared rows' one-token groups past whole waves (64 heads bf16: up to this many; 128 heads and
+// fp8 any number): the whole waves' tokens unsplit, the tail split (lead tokens, no union pass)
+// instead of a last wave of whole lists after the union pass. Run 473 (H100, µs): 64 heads T = 265 / 300 / 400 / 530
 // 305.7 / 307.4 / 402.3 / 499.6 -> 242.5 / 278.3 / 355.8 / 464.0, fp8 T = 265 / 300 319.6 /
 // 324.1 -> 215.8 / 249.1; 128 heads T = 133 / 150 / 165 / 199 / 265 285.5 / 289.7 / 291.8 / 374.8
 // / 463.3 -> 197.9 / 223.7 / 240.9 / 285.2 / 372.8, fp8 T = 133 310.1 -> 214.7. The unsplit
-// waves lose the union pass's row order (64 heads: a wave ~10 % slower), so further on the last
-// wave's saving no longer repays it (break-even ~8 waves); mixed lengths lose the order pass
-// (runs of 1-2048 rows at 128 heads T = 150 144.5 -> 156.7; 64 heads T = 300 184.4 -> 181.0).
-inline constexpr int64_t kSharedRowsLeadMaxWaves = 4;
+// waves lose the union pass's row order (64 heads bf16), so further on the last wave's saving
+// shrinks: run 480, union pass -> lead tokens, 64 heads T = 661 / 800 595.7 / 695.8 -> 567.3 /
+// 687.5 (5 / 6 waves). fp8 gains more (T = 800 713.9 -> 610.0) and 128 heads, whose union pass
+// has no row order, at every T measured: T = 331 / 350 / 400 / 500 / 600 / 1000 550.1 / 556.1 /
+// 638.8 / 736.8 / 904.6 / 1434.1 -> 456.0 / 483.9 / 550.2 / 692.9 / 812.1 / 1331.6, fp8 T = 350
+// / 500 603.8 / 801.1 -> 526.9 / 752.7. Mixed lengths lose the order pass (runs of 1-2048 rows
+// at 128 heads T = 150 144.5 -> 156.7, T = 350 295.8 -> 297.2; T = 500 417.9 -> 395.4; 64
+// heads T = 300 184.4 -> 181.0).
+inline constexpr int64_t kSharedRowsLeadMaxWaves = 6;
 // 32 heads (lists of >= kSharedRowsLongList) past 2 or more whole waves of one-token groups take
 // lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of
 // them), where the planner's wave count says so (one_token_lead_pays): one-token waves (whole +

@@ -44,7 +44,7 @@
 //      the lse. One CTA owns its tokens' heads, unless the plan splits each group's union tiles
 //      (few groups, small T at 64 and 128 heads): then each split writes bf16 partials and the
 //      split-K combine merges them; a short list (fused_rows) is done by split 0 alone. Just past
-//      1-4 whole waves (the planner's, by up to half a wave, or 2/3 with 3 splits in two rounds)
+//      whole waves (the planner's, by up to half a wave, or 2/3 with 3 splits in two rounds)
 //      the first CTAs each take a group whole and only the tokens past them are split; just past half a
 //      wave the first tokens take 2 splits and the later ones more (p.lead_tokens,
 //      lead_splits). At 64 and 128 heads with one wave of
@@ -238,6 +238,10 @@
 //               planner's one_token_lead_pays). Run 478 (us): T = 265 / 300 / 400 / 529 289.5 /
 //               366.8 / 369.3 / 464.8 -> 235.9 / 267.5 / 345.9 / 446.6, fp8 T = 300 / 700 283.7
 //               / 628.9 -> 233.8 / 508.7.
+//   v28 (plans only) lead tokens past any number of whole waves at 128 heads and with fp8, up to
+//               6 at 64 heads bf16 (was 4). Run 480 (what-if, us): 128 heads T = 331 / 400 / 1000
+//               550.1 / 638.8 / 1434.1 -> 456.0 / 550.2 / 1331.6, fp8 64 heads T = 800 713.9 ->
+//               610.0, 64 heads T = 661 595.7 -> 567.3.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than

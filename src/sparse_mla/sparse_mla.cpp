@@ -535,8 +535,9 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // T = 200 202.0 against 212.6 / 214.7 / 245.4 with 4 / 8 / 16 splits, 128 heads T = 112 198.1
   // against 190.7 / 221.6; only mixed lengths gain: 32 heads runs T = 200 132.3 against 113.2),
   // except 3 splits in two rounds up to 2/3 of a wave where that pays (two_rounds_rule: 128
-  // heads T = 100 197.3 -> 173.6, run 470). The same past 2-4 whole waves at 64 and 128 heads
-  // (params.h kSharedRowsLeadMaxWaves: 128 heads T = 133 285.9 -> 198.4, run 474).
+  // heads T = 100 197.3 -> 173.6, run 470). The same past 2-6 whole waves at 64 heads bf16 and
+  // past any number at 128 heads and with fp8 (params.h kSharedRowsLeadMaxWaves: 128 heads
+  // T = 133 / 400 285.9 / 638.8 -> 198.4 / 550.2, runs 474, 480).
   int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
@@ -575,7 +576,9 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // in the first wave (runs of 1-2048 rows 64 heads T = 179 / 224 127.9 / 134.5 against 133.6 /
     // 156.4 without it, 128 heads T = 100 107.0 against 128.2; full lists do not repay it: 64
     // heads T = 200 213.1 against 207.5; runs 449-450).
-    int64_t max_lead_waves = detail::kSharedRowsLeadMaxWaves;
+    // 64 heads bf16 up to kSharedRowsLeadMaxWaves whole waves (past them the union pass's row
+    // order repays its last wave), 128 heads and fp8 past any number (params.h, run 480).
+    int64_t max_lead_waves = num_heads == 64 && !fp8 ? detail::kSharedRowsLeadMaxWaves : std::numeric_limits<int64_t>::max();
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
 #endif

@@ -44,13 +44,14 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         EXPECT_EQ(int64_t(p.ctas), shared_rows ? lead_groups * p.lead_splits + (groups - lead_groups) * p.splits
                                                : (int64_t(p.lead_tokens) * p.lead_splits + int64_t(T - p.lead_tokens) * p.splits) * (H / 16));
         const int tiles = (topk + 31) / 32;
-        // Lead tokens: just past whole waves (at most half a wave more) shared rows' 1-4 waves of
-        // one-token groups, split-K's whole waves of one split (264 CTAs, lists of 512-2048),
-        // unsplit; just past half a wave (shared rows at 128 heads only) half a wave of them in 2
-        // splits; the tokens past them in as many splits as fit a wave (at least 2, or 8 past
-        // half a wave), none left empty by a full list. Past whole waves, where fewer than 2 fit, 3 in two rounds of a wave where the
-        // rule allows: 128 heads; 64 heads, and 16 / 32 heads with lists of 2048, for a tail of
-        // at most 11/20 of a wave (bf16).
+        // Lead tokens: just past whole waves (at most half a wave more) shared rows' whole waves
+        // of one-token groups (64 heads: 1-6), split-K's whole waves of one split (264 CTAs,
+        // lists of 512-2048), unsplit; just past half a wave (shared rows at 128 heads only) half
+        // a wave of them in 2 splits; the tokens past them in as many splits as fit a wave (at
+        // least 2, or 8 past half a wave), none left empty by a full list. Past whole waves,
+        // where fewer than 2 fit, 3 in two rounds of a wave where the rule allows: 128 heads; 64
+        // heads, and 16 / 32 heads with lists of 2048, for a tail of at most 11/20 of a wave
+        // (bf16).
         const auto splits_of = [](int64_t tiles, int64_t fit) { return (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit); };
         // The later tokens' splits (0: no lead plan).
         const auto later_splits = [&](int64_t later, int64_t slots, int64_t t, int64_t min_fit, int64_t rounds = 1) -> int64_t {
@@ -72,7 +73,7 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         const int64_t token_slots = 264 / (H / 16);
         const int64_t wave = 132 / groups_per_token * groups_per_token, whole = groups / wave * wave;  // shared rows' groups
         if (one_token && groups > wave) {
-          if (whole != groups && (whole / wave <= 4 || H == 32)) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles);
+          if (whole != groups && (whole / wave <= 6 || H != 64)) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles);
         }
         else if (one_token && H == 128 && groups > 66 / groups_per_token * groups_per_token)
           expect_lead(66 / groups_per_token, 2, groups - 66 / groups_per_token * groups_per_token, 132, tiles, 8);
@@ -563,17 +564,21 @@ TEST(Planner, OneTokenGroupsJustPastOneWaveSplitOnlyTheTokensPastIt) {
   EXPECT_EQ(other.ctas, 100 + 20 * 5);
 }
 
-// Past 2-4 whole waves of one-token groups (64 and 128 heads) as past one: the whole waves'
-// tokens unsplit and the tail split, no union pass (so no row order). Exact waves and past 5 or
-// more keep the union pass (at 64 heads its row order repays a last wave from ~8 waves on).
-TEST(Planner, OneTokenGroupsPastUpToFourWholeWavesSplitOnlyTheTail) {
-  // T, H, unsplit tokens, splits
-  for (auto [T, H, unsplit, splits] : {std::tuple{265, 64, 264, 64}, std::tuple{300, 64, 264, 3}, std::tuple{400, 64, 396, 32},
-                                       std::tuple{530, 64, 528, 64}, std::tuple{528, 64, 0, 1}, std::tuple{664, 64, 0, 1},
-                                       std::tuple{133, 128, 132, 64}, std::tuple{199, 128, 198, 64}, std::tuple{265, 128, 264, 64},
-                                       std::tuple{331, 128, 0, 1}, std::tuple{4096, 64, 0, 1}}) {
-    const std::string what = std::to_string(T) + " " + std::to_string(H);
-    const SparseMlaPlan p = plan_sparse_mla(T, H, 2048, kH100);
+// Past whole waves of one-token groups (64 heads bf16: 2-6 of them; 128 heads and fp8 any number)
+// as past one: the whole waves' tokens unsplit and the tail split, no union pass (so no row
+// order). Exact waves and, at 64 heads bf16, past 7 or more keep the union pass (its row order).
+TEST(Planner, OneTokenGroupsPastWholeWavesSplitOnlyTheTail) {
+  constexpr auto bf16 = KvCacheFormat::bf16, fp8 = KvCacheFormat::fp8_ds_mla;
+  // T, H, kv, unsplit tokens, splits
+  for (auto [T, H, kv, unsplit, splits] :
+       {std::tuple{265, 64, bf16, 264, 64}, std::tuple{300, 64, bf16, 264, 3}, std::tuple{400, 64, bf16, 396, 32},
+        std::tuple{530, 64, bf16, 528, 64}, std::tuple{528, 64, bf16, 0, 1}, std::tuple{664, 64, bf16, 660, 32},
+        std::tuple{800, 64, bf16, 792, 16}, std::tuple{925, 64, bf16, 0, 1}, std::tuple{925, 64, fp8, 924, 64},
+        std::tuple{133, 128, bf16, 132, 64}, std::tuple{199, 128, bf16, 198, 64}, std::tuple{265, 128, bf16, 264, 64},
+        std::tuple{331, 128, bf16, 330, 64}, std::tuple{1000, 128, fp8, 990, 6}, std::tuple{4096, 128, bf16, 4092, 16},
+        std::tuple{4096, 64, fp8, 4092, 32}, std::tuple{4096, 64, bf16, 0, 1}}) {
+    const std::string what = std::to_string(T) + " " + std::to_string(H) + (kv == bf16 ? " bf16" : " fp8");
+    const SparseMlaPlan p = plan_sparse_mla(T, H, 2048, kH100, {}, IndexSharing::unknown, kv);
     EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << what;
     EXPECT_EQ(p.lead_tokens, unsplit) << what;
     EXPECT_EQ(p.lead_splits, 1) << what;
