@@ -140,11 +140,14 @@ enum class SparseMlaKernel {
                 //    head blocks than two per SM (at topk 2048 on an H100: T >= 3 at 64 heads and
                 //    T >= 2 at 128; fp8_ds_mla T >= 6 and 3).
                 // One-token CTAs split each token's entries when there are fewer CTAs than SMs (on
-                // at most 3/4 of them, or 8 splits). Just past 1-4 whole waves (up to half a wave
+                // at most 3/4 of them, or 8 splits). Just past whole waves (up to half a wave
                 // more) those waves run unsplit and only the tokens past them are split, as many
                 // CTAs as fit the SMs, or up to 2/3 of a wave more 3 splits over two rounds
-                // (SparseMlaPlan::lead_tokens); no union pass. Otherwise 32 heads keep
-                // one-token CTAs unsplit up to 1.7 waves, 64 and 128 heads take the union pass.
+                // (SparseMlaPlan::lead_tokens); no union pass. 64 heads bf16 do so past 1-6
+                // whole waves, 128 heads and fp8_ds_mla past any number, 32 heads past 1 and,
+                // past 2 or more, where their waves cost less than 2-token CTAs'. Otherwise 32
+                // heads keep one-token CTAs unsplit up to 1.7 waves, 64 and 128 heads take the
+                // union pass.
                 // Limits: topk <= 2048, num_pages * page_size < 2^28, cache row strides < 2^31
                 // elements (bytes for fp8_ds_mla)
 };
@@ -179,7 +182,7 @@ struct SparseMlaPlan {
   // kMaxChunk): tokens [0, lead_tokens) take lead_splits splits each (1: the token whole, a CTA
   // per group or head group; split_k: lead_splits runs of whole tiles), their CTAs first, and
   // the later tokens `splits` each; both are merged, each by its own combine. The planner's just
-  // past whole waves (by at most half a wave): shared_rows' 1-4 whole waves of one-token groups,
+  // past whole waves (by at most half a wave): shared_rows' whole waves of one-token groups,
   // split_k's whole waves of one split (lists of 512-2048) unsplit, the tokens past them split
   // into as many CTAs as fit the SMs the last whole wave frees (on an H100: 32 heads T = 133 132
   // unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3 equal splits of every token;
