@@ -261,10 +261,11 @@ inline constexpr int kLeadTwoRoundsMinList16And32Heads = 2048;
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // Shared rows' one-token groups past whole waves (64 heads bf16: up to this many; 128 heads and
 // fp8 any number): the whole waves' tokens unsplit, the tail split (lead tokens, no union pass)
-// instead of a last wave of whole lists after the union pass. Run 473 (H100, µs): 64 heads T = 265 / 300 / 400 / 530
-// 305.7 / 307.4 / 402.3 / 499.6 -> 242.5 / 278.3 / 355.8 / 464.0, fp8 T = 265 / 300 319.6 /
-// 324.1 -> 215.8 / 249.1; 128 heads T = 133 / 150 / 165 / 199 / 265 285.5 / 289.7 / 291.8 / 374.8
-// / 463.3 -> 197.9 / 223.7 / 240.9 / 285.2 / 372.8, fp8 T = 133 310.1 -> 214.7. The unsplit
+// instead of a last wave of whole lists after the union pass. Run 473 (H100, µs): 64 heads
+// T = 265 / 300 / 400 / 530 305.7 / 307.4 / 402.3 / 499.6 -> 242.5 / 278.3 / 355.8 / 464.0, fp8
+// T = 265 / 300 319.6 / 324.1 -> 215.8 / 249.1; 128 heads T = 133 / 150 / 165 / 199 / 265 285.5 /
+// 289.7 / 291.8 / 374.8 / 463.3 -> 197.9 / 223.7 / 240.9 / 285.2 / 372.8, fp8 T = 133 310.1 ->
+// 214.7. The unsplit
 // waves lose the union pass's row order (64 heads bf16), so further on the last wave's saving
 // shrinks: run 480, union pass -> lead tokens, 64 heads T = 661 / 800 595.7 / 695.8 -> 567.3 /
 // 687.5 (5 / 6 waves). fp8 gains more (T = 800 713.9 -> 610.0) and 128 heads, whose union pass

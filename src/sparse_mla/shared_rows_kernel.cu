@@ -233,15 +233,15 @@
 //   v26 5560d7e (plans only) the same past 2-4 whole waves of one-token groups (was: the union
 //               pass): run 474 (us), 64 heads T = 265 / 400 305.4 / 402.9 -> 242.7 / 356.3, fp8
 //               T = 300 326.2 -> 250.2; 128 heads T = 133 / 199 285.9 / 376.0 -> 198.4 / 285.3.
-//   v27 2952003 (plans only) 32 heads past 2 or more whole waves too: one-token groups with lead
-//               tokens (was: 2-token groups, or split-K for fp8) where their waves cost less (the
-//               planner's one_token_lead_pays). Run 478 (us): T = 265 / 300 / 400 / 529 289.5 /
-//               366.8 / 369.3 / 464.8 -> 235.9 / 267.5 / 345.9 / 446.6, fp8 T = 300 / 700 283.7
-//               / 628.9 -> 233.8 / 508.7.
-//   v28 (plans only) lead tokens past any number of whole waves at 128 heads and with fp8, up to
-//               6 at 64 heads bf16 (was 4). Run 480 (what-if, us): 128 heads T = 331 / 400 / 1000
-//               550.1 / 638.8 / 1434.1 -> 456.0 / 550.2 / 1331.6, fp8 64 heads T = 800 713.9 ->
-//               610.0, 64 heads T = 661 595.7 -> 567.3.
+//   v27 2952003, 670d703, 117c216 (plans only) 32 heads past 2 or more whole waves too:
+//               one-token groups with lead tokens (was: 2-token groups, or split-K for fp8) where
+//               their waves cost less (the planner's one_token_lead_pays). Run 478 (us): T = 265
+//               / 300 / 400 / 529 289.5 / 366.8 / 369.3 / 464.8 -> 235.9 / 267.5 / 345.9 /
+//               446.6; run 479: fp8 T = 700 632.7 -> 513.6.
+//   v28 10a9988 (plans only) lead tokens past any number of whole waves at 128 heads and with
+//               fp8, up to 6 at 64 heads bf16 (was 4). Run 481 (us): 128 heads T = 500 / 2048
+//               743.2 / 2859.5 -> 699.0 / 2678.0, fp8 64 heads T = 2048 1615.4 -> 1538.2, prefill
+//               T = 4096 at 128 heads 5500.3 -> 5348.0.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than

@@ -607,9 +607,9 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       // 330 / 400 / 529 / 600 289.5 / 366.8 / 367.4 / 369.3 / 464.8 / 542.7 -> 235.9 / 267.5 /
       // 292.0 / 345.9 / 446.6 / 515.9, topk 1024 T = 265 173.7 -> 134.3, fp8 (split-K) T = 300 /
       // 350 283.7 / 332.4 -> 233.8 / 275.6, runs of 1-2048 rows T = 300 217.9 -> 173.1; past 4
-      // whole waves T = 800 711.3 -> 665.0, fp8 T = 700 628.9 -> 508.7. The rule's losses there:
-      // T = 450 / 661 / 700 / 925 2-token 371 / 543.1 / 544.5 / 714.6 against 386.7 / 552.0 /
-      // 587.8 / 762.5 (runs 477-478).
+      // whole waves T = 800 711.3 -> 665.0, fp8 T = 700 628.9 -> 508.7. Where the 2-token
+      // groups' waves are full they stay: T = 450 / 661 / 700 / 925 375.9 / 543.1 / 544.5 /
+      // 714.6 against 387.2 / 552.0 / 587.8 / 762.5 with lead tokens (runs 477-479).
       if (!one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count}) {
         const LeadPlan l = shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
         if (l.splits > 0 && one_token_lead_pays(num_tokens, l.splits, dev.sm_count, fp8)) one_token_32_heads = one_token_past_wave = true;
