@@ -382,6 +382,11 @@ enum class TwoRounds { never, short_tail, always };
 TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
+#ifdef DSA_WHATIF
+  // What-if builds only (not measured yet): 32 heads bf16 two rounds for tails up to 2/3 of a
+  // wave too, where past 2 whole waves the alternative is 2-token groups (T = 337-352).
+  if (num_heads == 32 && std::getenv("DSA_32H_TWO_ROUNDS")) return TwoRounds::always;
+#endif
   return fp8 ? TwoRounds::always : TwoRounds::short_tail;
 }
 

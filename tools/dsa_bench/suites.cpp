@@ -24,7 +24,7 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -86,6 +86,17 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
         v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, H));
     for (int T : {66, 67, 70, 80, 90, 99, 100, 112, 132}) v.push_back(make("H128-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 128));
     for (auto [H, T] : {std::pair{32, 150}, std::pair{32, 200}, std::pair{64, 150}, std::pair{64, 200}, std::pair{128, 80}, std::pair{128, 100}})
+      v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-runs", T, IndexPattern::runs, {}, H));
+  } else if (name == "past-waves") {
+    // Past two or more whole waves of one-token groups (264 tokens at 32 and 64 heads, 132 at 128
+    // on an H100): where lead tokens, 2-token groups and the union pass take over from each other
+    // (docs/perf.md runs 473-481). Each T just past whole waves, by a short and a long tail, and
+    // where the 2-token groups' waves are full; full random lists and mixed lengths.
+    for (int T : {264, 265, 300, 350, 400, 450, 529, 600, 661, 800, 1057})
+      v.push_back(make("H32-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 32));
+    for (int T : {265, 350, 661, 800, 925}) v.push_back(make("H64-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 64));
+    for (int T : {133, 200, 331, 500}) v.push_back(make("H128-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 128));
+    for (auto [H, T] : {std::pair{32, 300}, std::pair{32, 450}, std::pair{64, 300}, std::pair{128, 350}})
       v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-runs", T, IndexPattern::runs, {}, H));
   } else {
     throw Error("suite: unknown '" + name + "'");
