@@ -355,7 +355,7 @@ static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice,
 }
 
 // Splits of a list of `tiles` whole tiles: at most max_splits, none left empty.
-int64_t whole_tile_splits(int64_t tiles, int64_t max_splits) { return ceil_div(tiles, ceil_div(tiles, max_splits)); }
+static int64_t whole_tile_splits(int64_t tiles, int64_t max_splits) { return ceil_div(tiles, ceil_div(tiles, max_splits)); }
 
 // A plan's lead tokens (SparseMlaPlan::lead_tokens): theirs, their splits, the later tokens'
 // splits; splits 0: none.
@@ -365,8 +365,8 @@ struct LeadPlan {
 // Lead tokens in lead_splits splits, then the `later` units (groups or tokens) in as many splits
 // as fit `rounds` rounds of `slots` CTAs (at most a tile each and kTailMaxSplits); none if fewer
 // than min_splits fit, or too few to beat one split (rounds of 1 / splits each).
-LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits,
-                   int64_t rounds = 1) {
+static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits,
+                          int64_t rounds = 1) {
   const int64_t fit = std::min<int64_t>({rounds * slots / later, tiles, detail::kTailMaxSplits});
   if (fit < min_splits) return {};
   const int64_t splits = whole_tile_splits(tiles, fit);
@@ -379,7 +379,7 @@ LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int6
 // never. The longer a CTA's work the less its round's setup weighs: 128 heads are bound by their
 // MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists.
 enum class TwoRounds { never, short_tail, always };
-TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
+static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
 #ifdef DSA_WHATIF
@@ -393,7 +393,7 @@ TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
 // Past whole waves (params.h): the `lead` units' tokens unsplit, the `later` units past them in
 // as many splits as fit one round of `slots` CTAs, or in 3 splits over two rounds where `rule`
 // allows.
-LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, TwoRounds rule) {
+static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, TwoRounds rule) {
   const LeadPlan one_round = lead_plan(lead_tokens, 1, later, slots, tiles, 2);
   int64_t max_rounds = 2;
 #ifdef DSA_WHATIF
@@ -414,7 +414,7 @@ LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int6
 // their CTAs fill) cost less than 2-token groups, in waves of each: whole + rounds / tail_splits
 // against ceil(T / 2 / SMs) x the cost ratio + the union pass's setup. A last 2-token wave of one
 // CTA that holds one token (odd T) counts half: it reads one list.
-bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, bool fp8) {
+static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, bool fp8) {
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
   const int64_t two_token_ctas = ceil_div(num_tokens, 2);
@@ -423,110 +423,31 @@ bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_cou
   return 2 * c.den * (whole * tail_splits + rounds) < (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
 }
 
-SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
-                              IndexSharing sharing, KvCacheFormat kv_format) {
-  validate_shape(num_tokens, num_heads, topk);
-  check_balanced_choice(choice);
-  validate_sharing(sharing);
-  validate_format(kv_format);
-  if (dev.cc_major != 9)
-    fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
-                       " unsupported: the kernels are built for sm_90a (H100/H200)");
-  if (dev.sm_count < 1) fail("device", "sm_count must be >= 1");
-  SparseMlaPlan plan;
-  plan.num_tokens = num_tokens;
-  plan.num_heads = num_heads;
-  plan.topk = topk;
-  PlanChoice::Kernel choice_kernel = choice.kernel;
-  // Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
-  // or one token's 64, over the union of their index lists) when forced, or by the planner:
-  //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
-  //    call holds 2^17 (head block, index position) pairs; bf16 lists of >= 256 positions from
-  //    2^13 pairs and 12 head blocks, fp8 lists of >= 1024 from 3 x 2^14 pairs; or more head
-  //    blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read every row
-  //    again and run mma.sync at M = 16. Fewer groups than SMs split each group's union tiles
-  //    within one wave (a combine merges them; how many splits: below), and CTAs of one wave
-  //    compact their token's list themselves (no union or order pass). Measured on the H100
-  //    (docs/perf.md, runs 125-134, 418-426 and 434-437 for the history), split-K vs shared
-  //    rows, us: H = 64 random T = 32 / 64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 /
-  //    240 / 906, prefill T = 4096 8274 vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 /
-  //    1606. Since Q moves by TMA (6238c75,
-  //    runs 434-436) shared rows also win small bf16 calls of long lists: 64 heads T = 3 / 4
-  //    18.1 / 20.4 vs 17.0 / 18.2 (topk 2048), 128 heads T = 3 / 4 at topk 1024 18.2 / 20.0 vs
-  //    15.7 / 16.2, 64 heads topk 512 T = 8 15.2 vs 14.7, mixed lengths 64 heads T = 4 17.3 vs
-  //    14.9; not 4096 pairs (64 heads T = 1 topk 1024 9.6 vs 10.9, 128 heads topk 256 T = 2 9.5
-  //    vs 10.8). T = 1 (and 2 at 64 heads) stays on split-K: full lists would gain 1.2-1.9 us
-  //    (64 heads T = 1 / 2 14.8 / 16.2 vs 13.1 / 15.1, 128 heads T = 1 16.1 vs 13.9), but short
-  //    ones, which split-K's fused and lean rows finish alone, lose more (2 / 33 / 700 valid rows
-  //    at 64 heads T = 1 5.5 / 9.3 / 10.9 vs 7.3 / 10.7 / 11.9, 128 heads 5.3 / 7.4 vs 7.5 / 8.9;
-  //    64 heads T = 2 of 5 and 1500 10.9 vs 12.6). fp8, whose split-K tiles cost less: from T = 6
-  //    / 3 at 64 / 128 heads (22.9 / 22.8 vs 20.3 / 20.3); T = 4 / 2 within 2 %, T = 1 and lists
-  //    of 1024 at T = 4 / 2 split-K by 4-15 %.
-  //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
-  //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
-  //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
-  //    fill theirs: random T = 128 / 140 / 192 / 300 / 400 150.7 / 255.3 / 284.2 / 422.1 / 532.6
-  //    vs 191.7 / 192.9 / 196.9 / 369.6 / 371.0 (runs 395-396; the planner took split-K below
-  //    T = 256 until then); topk 1024 T = 200 / 300 / 1024 152.7 / 224.5 / 591.9 vs 117.3 / 216.6
-  //    / 424.9. Otherwise (fp8, whose split-K costs less, or shorter lists) from T = 256 in whole
-  //    waves: fp8 T = 192 / 256 / 300 / 400 / 512 201.5 / 236.9 / 317.2 / 430.2 / 467.8 vs 211.2
-  //    / 215.4 / 396.0 / 397.9 / 396.6; bf16 topk 512 T = 256 / 300 / 512 / 1024 90.8 / 126.1 /
-  //    170.4 / 328.6 vs 90.8 / 140.5 / 152.3 / 281.8. Shorter lists lose (runs 399-400): topk 256
-  //    T = 256 / 300 / 1024 54.2 / 71.8 / 191.7 vs 64.2 / 94.3 / 189.3, topk 64 T = 300 / 1024
-  //    31.1 / 79.1 vs 58.2 / 110.8. Mixed runs of 1-2048 rows at topk 2048 lose at T = 200 (175.8
-  //    vs 193.3; win from 300: 253.9 / 637.1 vs 222.1 / 486.2). Earlier (bf16): runs of 300 rows
-  //    T = 1024 212 vs 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546.
-  //    Below that line, lists of >= 1024 in one wave of one-token CTAs (the 64-head layout, rows
-  //    32-63 idle; shared_rows_group_heads) from T = 16, whatever the hint: split-K vs
-  //    shared rows (run 441, us) random T = 16 / 24 / 32 / 48 / 64 / 96 / 128 / 132 35.3 / 45.1 /
-  //    53.2 / 80.8 / 87.8 / 141.7 / 151.0 / 154.1 vs 31.3 / 39.4 / 47.3 / 60.9 / 72.4 / 96.8 /
-  //    117.9 / 121.6, runs of 1-2048 rows T = 16 / 64 / 128 26.9 / 78.2 / 138.2 vs 25.7 / 54.7 /
-  //    95.6; fp8 T = 16 / 20 / 24 / 31 / 64 / 128 27.4 / 32.9 / 37.1 / 43.4 / 71.8 / 123.6 vs 26.7
-  //    / 30.8 / 33.9 / 38.7 / 61.3 / 100.7 (runs 441, 456; fp8 runs of 1-2048 rows T = 16 / 24
-  //    24.6 / 33.9 vs 25.0 / 31.3). Below T = 16 the 64-head kernel at the same T was no faster
-  //    than split-K at 32 (T = 8 23.1 vs 22.3, run 440).
-  //  - H = 16 (4 tokens per CTA) when its CTAs fill >= 90 % of whole waves (each CTA runs for its
-  //    4 tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
-  //    time) and T is large enough for the caller's IndexSharing. Measured (runs 54, 57, 98,
-  //    104-105, 117-119): it wins where consecutive tokens share rows (prefill of an 8192-row
-  //    prefix: T = 512 / 1024 / 2048 / 4096 / 8192 -6 / -10 / -11 / -17 / -32 % vs split-K; of a
-  //    2048-row prefix: T = 512 / 1024 -56 / -62 %), and where tokens share none it wins on full
-  //    random lists (T = 1024 0.98x the gather floor, split-K 1.08x) and on runs of 1-2048 rows
-  //    (T = 1024 / 2048 -5 / -1 %), but loses on full contiguous runs (+5 % at T = 1024) and on
-  //    short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146; at
-  //    T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
-  //    too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
-  //    takes shared rows from T = 2048 (prefill sizes) for lists of >= 512 positions (random T =
-  //    2048 / 4096 at topk 64 93.5 / 171.1 vs 137.5 / 250.9, 256 251.9 / 481.4 vs 280.8 / 539.9,
-  //    512 440.4 / 873.7 vs 426.3 / 833.1, 1024 769.2 / 1559.1 vs 717.5 / 1425.8; run 400), with
-  //    consecutive from T = 512 (128 groups, one wave; T = 256 is +82 %), with none never. An fp8
-  //    cache only with consecutive: its split-K is so much cheaper that shared rows lose 46-54 %
-  //    on lists that share no rows (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs
-  //    T = 4096 1027 vs 1581) and gain only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192
-  //    (1812 / 3133 vs 1696 / 2433; T = 512-2048 +10 to +1 %), but -54 % on a 2048-row prefix
-  //    (T = 1024: 374 vs 172; runs 395-396).
-  const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
-  const int64_t shared_rows_head_blocks = detail::shared_rows_head_blocks(num_tokens, num_heads);
-  const int64_t shared_rows_ctas = detail::shared_rows_groups(shared_rows_head_blocks);
-  const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
-  const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
-  const int tokens_per_group = detail::shared_rows_tokens_per_group(num_heads);
-  const int64_t split_k_slots = 2 * static_cast<int64_t>(dev.sm_count);  // its CTAs per wave
-  bool shared_rows_pays = false;
-  int64_t shared_rows_splits = 1;
-  const int shared_rows_tiles = static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries));  // of a full list
+// The facts of one plan_sparse_mla call that its steps share: the shape, the device and the
+// rules that follow from them.
+struct PlannerContext {
+  int num_tokens, num_heads, topk;
+  const DeviceInfo& dev;
+  IndexSharing sharing;
+  bool fp8;
+  int64_t split_k_slots;         // split-K's CTAs per wave: two per SM
+  int shared_rows_tiles;         // union tiles of a full list
+  TwoRounds two_rounds;          // two_rounds_rule's
+  int64_t lead_min_tail_splits;  // just past half a wave (params.h kLeadMinTailSplits)
+
   // Splits of one-token groups below one wave (split each group's union tiles; the combine merges
   // them; no split left empty by a full list). Fewer than 8 groups use at most 3/4 of the SMs, 8
   // or more at most 8 splits each: both faster than filling the chip (runs 422-425: 64 heads
   // T = 8 / 10 / 12 27.6 / 29.5 / 32.2 -> 24.5 / 26.8 / 28.6 us, 128 heads T = 2 / 5 / 6 18.8 /
   // 25.8 / 27.7 -> 18.2 / 24.3 / 25.2, fp8 128 heads T = 6 29.7 -> 27.7). Above 8 splits the
   // main kernel gains <= 1.2 us and the many-splits combine's tail grows 2.6 -> 6.3-7.5 (run 427).
-  const auto one_token_splits = [&](int64_t groups) -> int64_t {
+  int64_t one_token_splits(int64_t groups) const {
     if (groups <= 0 || groups >= dev.sm_count) return 1;
     const int64_t cap = groups < detail::kSharedRowsManyGroups ? dev.sm_count * 3 / 4 / groups : detail::kSharedRowsManyGroupsMaxSplits;
     const int64_t max_splits = std::max<int64_t>(1, std::min<int64_t>({dev.sm_count / groups, shared_rows_tiles, cap}));
     return whole_tile_splits(shared_rows_tiles, max_splits);
-  };
+  }
+
   // One-token groups just past one wave (params.h: up to half a wave more): one wave of groups
   // unsplit, the tokens past it split (at least 2 splits). It took over from 2-3 equal splits of
   // every group (and at 64 and 128 heads past 1.35 waves the union pass), runs 458-459 on the
@@ -543,16 +464,11 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   // heads T = 100 197.3 -> 173.6, run 470). The same past 2-6 whole waves at 64 heads bf16 and
   // past any number at 128 heads and with fp8 (params.h kSharedRowsLeadMaxWaves: 128 heads
   // T = 133 / 400 285.9 / 638.8 -> 198.4 / 550.2, runs 474, 480).
-  int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
-#ifdef DSA_WHATIF
-  if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
-#endif
   // Lead tokens (params.h, SparseMlaPlan::lead_tokens) for one-token groups just past whole waves
   // (their groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
   // the later tokens in as many splits as fit the SMs after them; none where too few fit.
-  const TwoRounds two_rounds = two_rounds_rule(num_heads, topk, fp8);
   // max_lead_waves: the most whole waves whose tokens go unsplit.
-  const auto shared_rows_lead = [&](int64_t groups, int groups_per_token, int64_t max_lead_waves) -> LeadPlan {
+  LeadPlan shared_rows_lead(int64_t groups, int groups_per_token, int64_t max_lead_waves) const {
     const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
     if (groups > wave) {  // past 1 to max_lead_waves whole waves: their tokens unsplit, the tail split
       const int64_t whole = groups / wave * wave;
@@ -567,16 +483,103 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     if (groups > half && half > 0 && groups_per_token > 1)
       return lead_plan(half / groups_per_token, 2, groups - half, dev.sm_count, shared_rows_tiles, lead_min_tail_splits);
     return {};
-  };
-  LeadPlan lead;  // the shared-rows plan's
-  bool one_token_32_heads = false;    // 32 heads in one-token groups (shared_rows_group_heads)
-  bool one_token_past_wave = false;   // 32 heads: one-token groups past one wave, no union pass
+  }
+};
+
+// What the planner would run on the shared-rows kernel, and whether that pays.
+struct SharedRowsPick {
+  bool pays = false;
+  int64_t splits = 1;
+  LeadPlan lead;
+  bool one_token_32_heads = false;   // 32 heads in one-token groups (shared_rows_group_heads)
+  bool one_token_past_wave = false;  // 32 heads: one-token groups past one wave, no union pass
+};
+
+// Shared rows (shared_rows_kernel.cu: a CTA computes 64 query rows, 4 tokens x 16 heads, 2 x 32
+// or one token's 64, over the union of their index lists) when forced, or by the planner:
+//  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
+//    call holds 2^17 (head block, index position) pairs; bf16 lists of >= 256 positions from
+//    2^13 pairs and 12 head blocks, fp8 lists of >= 1024 from 3 x 2^14 pairs; or more head
+//    blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read every row
+//    again and run mma.sync at M = 16. Fewer groups than SMs split each group's union tiles
+//    within one wave (a combine merges them; how many splits: below), and CTAs of one wave
+//    compact their token's list themselves (no union or order pass). Measured on the H100
+//    (docs/perf.md, runs 125-134, 418-426 and 434-437 for the history), split-K vs shared
+//    rows, us: H = 64 random T = 32 / 64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 /
+//    240 / 906, prefill T = 4096 8274 vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 /
+//    1606. Since Q moves by TMA (6238c75,
+//    runs 434-436) shared rows also win small bf16 calls of long lists: 64 heads T = 3 / 4
+//    18.1 / 20.4 vs 17.0 / 18.2 (topk 2048), 128 heads T = 3 / 4 at topk 1024 18.2 / 20.0 vs
+//    15.7 / 16.2, 64 heads topk 512 T = 8 15.2 vs 14.7, mixed lengths 64 heads T = 4 17.3 vs
+//    14.9; not 4096 pairs (64 heads T = 1 topk 1024 9.6 vs 10.9, 128 heads topk 256 T = 2 9.5
+//    vs 10.8). T = 1 (and 2 at 64 heads) stays on split-K: full lists would gain 1.2-1.9 us
+//    (64 heads T = 1 / 2 14.8 / 16.2 vs 13.1 / 15.1, 128 heads T = 1 16.1 vs 13.9), but short
+//    ones, which split-K's fused and lean rows finish alone, lose more (2 / 33 / 700 valid rows
+//    at 64 heads T = 1 5.5 / 9.3 / 10.9 vs 7.3 / 10.7 / 11.9, 128 heads 5.3 / 7.4 vs 7.5 / 8.9;
+//    64 heads T = 2 of 5 and 1500 10.9 vs 12.6). fp8, whose split-K tiles cost less: from T = 6
+//    / 3 at 64 / 128 heads (22.9 / 22.8 vs 20.3 / 20.3); T = 4 / 2 within 2 %, T = 1 and lists
+//    of 1024 at T = 4 / 2 split-K by 4-15 %.
+//  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
+//    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
+//    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
+//    fill theirs: random T = 128 / 140 / 192 / 300 / 400 150.7 / 255.3 / 284.2 / 422.1 / 532.6
+//    vs 191.7 / 192.9 / 196.9 / 369.6 / 371.0 (runs 395-396; the planner took split-K below
+//    T = 256 until then); topk 1024 T = 200 / 300 / 1024 152.7 / 224.5 / 591.9 vs 117.3 / 216.6
+//    / 424.9. Otherwise (fp8, whose split-K costs less, or shorter lists) from T = 256 in whole
+//    waves: fp8 T = 192 / 256 / 300 / 400 / 512 201.5 / 236.9 / 317.2 / 430.2 / 467.8 vs 211.2
+//    / 215.4 / 396.0 / 397.9 / 396.6; bf16 topk 512 T = 256 / 300 / 512 / 1024 90.8 / 126.1 /
+//    170.4 / 328.6 vs 90.8 / 140.5 / 152.3 / 281.8. Shorter lists lose (runs 399-400): topk 256
+//    T = 256 / 300 / 1024 54.2 / 71.8 / 191.7 vs 64.2 / 94.3 / 189.3, topk 64 T = 300 / 1024
+//    31.1 / 79.1 vs 58.2 / 110.8. Mixed runs of 1-2048 rows at topk 2048 lose at T = 200 (175.8
+//    vs 193.3; win from 300: 253.9 / 637.1 vs 222.1 / 486.2). Earlier (bf16): runs of 300 rows
+//    T = 1024 212 vs 204, prefill T = 1024 / 4096 1074 / 4198 vs 666 / 2546.
+//    Below that line, lists of >= 1024 in one wave of one-token CTAs (the 64-head layout, rows
+//    32-63 idle; shared_rows_group_heads) from T = 16, whatever the hint: split-K vs
+//    shared rows (run 441, us) random T = 16 / 24 / 32 / 48 / 64 / 96 / 128 / 132 35.3 / 45.1 /
+//    53.2 / 80.8 / 87.8 / 141.7 / 151.0 / 154.1 vs 31.3 / 39.4 / 47.3 / 60.9 / 72.4 / 96.8 /
+//    117.9 / 121.6, runs of 1-2048 rows T = 16 / 64 / 128 26.9 / 78.2 / 138.2 vs 25.7 / 54.7 /
+//    95.6; fp8 T = 16 / 20 / 24 / 31 / 64 / 128 27.4 / 32.9 / 37.1 / 43.4 / 71.8 / 123.6 vs 26.7
+//    / 30.8 / 33.9 / 38.7 / 61.3 / 100.7 (runs 441, 456; fp8 runs of 1-2048 rows T = 16 / 24
+//    24.6 / 33.9 vs 25.0 / 31.3). Below T = 16 the 64-head kernel at the same T was no faster
+//    than split-K at 32 (T = 8 23.1 vs 22.3, run 440).
+//  - H = 16 (4 tokens per CTA) when its CTAs fill >= 90 % of whole waves (each CTA runs for its
+//    4 tokens' whole index lists, ~230 us at topk 2048, so a partial last wave costs a full CTA
+//    time) and T is large enough for the caller's IndexSharing. Measured (runs 54, 57, 98,
+//    104-105, 117-119): it wins where consecutive tokens share rows (prefill of an 8192-row
+//    prefix: T = 512 / 1024 / 2048 / 4096 / 8192 -6 / -10 / -11 / -17 / -32 % vs split-K; of a
+//    2048-row prefix: T = 512 / 1024 -56 / -62 %), and where tokens share none it wins on full
+//    random lists (T = 1024 0.98x the gather floor, split-K 1.08x) and on runs of 1-2048 rows
+//    (T = 1024 / 2048 -5 / -1 %), but loses on full contiguous runs (+5 % at T = 1024) and on
+//    short lists (16 / 300 rows per token at T = 1024: 50 / 166 us vs split-K 34 / 146; at
+//    T = 4096 16 rows: 157 vs 110). Uniform subsets of a 32768-row prefix share ~6 % and lose
+//    too (+19-20 % at T = 512 / 1024). The planner sees no indices: with no hint (unknown) it
+//    takes shared rows from T = 2048 (prefill sizes) for lists of >= 512 positions (random T =
+//    2048 / 4096 at topk 64 93.5 / 171.1 vs 137.5 / 250.9, 256 251.9 / 481.4 vs 280.8 / 539.9,
+//    512 440.4 / 873.7 vs 426.3 / 833.1, 1024 769.2 / 1559.1 vs 717.5 / 1425.8; run 400), with
+//    consecutive from T = 512 (128 groups, one wave; T = 256 is +82 %), with none never. An fp8
+//    cache only with consecutive: its split-K is so much cheaper that shared rows lose 46-54 %
+//    on lists that share no rows (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs
+//    T = 4096 1027 vs 1581) and gain only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192
+//    (1812 / 3133 vs 1696 / 2433; T = 512-2048 +10 to +1 %), but -54 % on a 2048-row prefix
+//    (T = 1024: 374 vs 172; runs 395-396).
+static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
+  const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
+  const DeviceInfo& dev = c.dev;
+  const bool fp8 = c.fp8;
+  const IndexSharing sharing = c.sharing;
+  const int64_t split_k_slots = c.split_k_slots;
+  const int64_t shared_rows_head_blocks = detail::shared_rows_head_blocks(num_tokens, num_heads);
+  const int64_t shared_rows_ctas = detail::shared_rows_groups(shared_rows_head_blocks);
+  const int64_t shared_rows_waves = ceil_div(shared_rows_ctas, dev.sm_count);
+  const bool shared_rows_fills_waves = shared_rows_ctas * 10 >= shared_rows_waves * dev.sm_count * 9;  // >= 90 %
+  const int tokens_per_group = detail::shared_rows_tokens_per_group(num_heads);
+  SharedRowsPick pick;
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
     const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
                                     : topk >= detail::kSharedRowsMinListBf16 && pairs >= detail::kSharedRowsMinPairsBf16 &&
                                           shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16;
-    shared_rows_pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
+    pick.pays = pairs >= detail::kSharedRowsMinPairsWide || long_list_pays || shared_rows_head_blocks > split_k_slots;
     // Further past one wave one split, with the union pass: its order pass puts the longest lists
     // in the first wave (runs of 1-2048 rows 64 heads T = 179 / 224 127.9 / 134.5 against 133.6 /
     // 156.4 without it, 128 heads T = 100 107.0 against 128.2; full lists do not repay it: 64
@@ -587,16 +590,16 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
 #endif
-    lead = shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads), max_lead_waves);
-    shared_rows_splits = lead.splits > 0 ? lead.splits : one_token_splits(shared_rows_ctas);
+    pick.lead = c.shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads), max_lead_waves);
+    pick.splits = pick.lead.splits > 0 ? pick.lead.splits : c.one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
   // kSharedRowsMinList positions or more.
   const bool hint_allows = sharing == IndexSharing::consecutive || (sharing == IndexSharing::unknown && topk >= detail::kSharedRowsMinList);
   if (tokens_per_group == 2) {
-    shared_rows_pays = hint_allows && (!fp8 && topk >= detail::kSharedRowsLongList
-                                           ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
-                                           : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
+    pick.pays = hint_allows && (!fp8 && topk >= detail::kSharedRowsLongList
+                                    ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
+                                    : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves);
     // Below that line, lists of >= 1024 in one wave of one-token groups, whatever the hint:
     // each row read once per token (split-K: twice) at the price of 32 idle MMA rows. Past it,
     // up to 1.7 waves, one-token groups as at 64 heads (tail_splits), and past half a wave with
@@ -604,8 +607,8 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     // against 202.1 / 204.8, runs of 1-2048 rows T = 200 / 224 192.0 / 196.3 against 133.3 /
     // 149.5; fp8, split-K there, T = 200 239.1 against 193.2; runs 448-450).
     if (topk >= detail::kSharedRowsLongList && num_tokens >= detail::kSharedRowsOneToken32HeadsMinTokens) {
-      one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
-      one_token_32_heads = one_token_past_wave || (!shared_rows_pays && num_tokens <= dev.sm_count);
+      pick.one_token_past_wave = num_tokens > dev.sm_count && num_tokens * 10 <= int64_t{detail::kSharedRowsPastWaveMaxTenths} * dev.sm_count;
+      pick.one_token_32_heads = pick.one_token_past_wave || (!pick.pays && num_tokens <= dev.sm_count);
       // Past 2 or more whole waves of them: one-token groups with lead tokens (the tail split)
       // where their waves cost less than the 2-token groups' (one_token_lead_pays), whatever
       // the hint. Run 478, µs, 2-token groups or split-K -> lead tokens: random T = 265 / 300 /
@@ -615,66 +618,79 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
       // whole waves T = 800 711.3 -> 665.0, fp8 T = 700 628.9 -> 508.7. Where the 2-token
       // groups' waves are full they stay: T = 450 / 661 / 700 / 925 375.9 / 543.1 / 544.5 /
       // 714.6 against 387.2 / 552.0 / 587.8 / 762.5 with lead tokens (runs 477-479).
-      if (!one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count}) {
-        const LeadPlan l = shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
-        if (l.splits > 0 && one_token_lead_pays(num_tokens, l.splits, dev.sm_count, fp8)) one_token_32_heads = one_token_past_wave = true;
+      if (!pick.one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count}) {
+        const LeadPlan l = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
+        if (l.splits > 0 && one_token_lead_pays(num_tokens, l.splits, dev.sm_count, fp8))
+          pick.one_token_32_heads = pick.one_token_past_wave = true;
       }
     }
-    if (one_token_32_heads) {
-      shared_rows_pays = true;
-      lead = shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
-      shared_rows_splits = lead.splits > 0 ? lead.splits : one_token_splits(num_tokens);
+    if (pick.one_token_32_heads) {
+      pick.pays = true;
+      pick.lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
+      pick.splits = pick.lead.splits > 0 ? pick.lead.splits : c.one_token_splits(num_tokens);
     }
   } else if (tokens_per_group == 4)  // 16 heads
-    shared_rows_pays = hint_allows && shared_rows_fills_waves &&
-                       (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
-                                                             : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
-  const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
-                                         choice.splits == 0 && choice.balanced != 1 && shared_rows_pays && topk <= SparseMlaPlan::kMaxChunk &&
-                                         detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
-  if (planner_picks_shared_rows) choice_kernel = PlanChoice::Kernel::shared_rows;
-  if (choice_kernel == PlanChoice::Kernel::shared_rows) {
-    if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
-    if (choice.block_keys != 0) fail("kernel", "shared_rows takes no block_keys");
-    if (choice.balanced == 1) fail("balanced", "needs the split_k kernel");
-    if (choice.splits < 0 || choice.splits > SparseMlaPlan::kMaxSplits)
-      fail("splits", "must be in [1, " + std::to_string(SparseMlaPlan::kMaxSplits) + "], got " + std::to_string(choice.splits));
-    if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
-    plan.kernel = SparseMlaKernel::shared_rows;
-    plan.block_keys = detail::kSharedRowsTileEntries;
-    plan.splits = choice.splits != 0 ? choice.splits : planner_picks_shared_rows ? static_cast<int>(shared_rows_splits) : 1;
-    // Union entries per split for a full list (whole tiles, shared_rows_split_tiles).
-    plan.chunk = static_cast<int>(std::min<int64_t>(
-        topk, detail::shared_rows_split_tiles(shared_rows_tiles, plan.splits) * int64_t{detail::kSharedRowsTileEntries}));
-    const bool one_token = planner_picks_shared_rows && one_token_32_heads;  // 32 heads: forced plans unite 2 tokens
-    const int group_heads = detail::shared_rows_group_heads(num_heads, !one_token);
-    if (planner_picks_shared_rows && lead.splits > 0) {
-      plan.lead_tokens = static_cast<int>(lead.lead_tokens);
-      plan.lead_splits = static_cast<int>(lead.lead_splits);
-    }
-    const int64_t groups = detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads));
-    const int64_t lead_groups = int64_t{plan.lead_tokens} * detail::shared_rows_groups_per_token(group_heads);
-    plan.ctas = launch_ctas(detail::lead_split_ctas(groups, plan.splits, lead_groups, plan.lead_splits));
-    // Fused rows with splits and one token per group: a list of at most one split's entries is
-    // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
-    const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
-    check_fused_rows_choice(choice, fusable);
-    plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
-    // One token per group in one wave, or the planner's lead tokens or 32 heads past one wave:
-    // each CTA compacts its token's list (no union pass, and no order pass, which only matters
-    // across waves).
-    plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 &&
-                        (plan.ctas <= dev.sm_count || (planner_picks_shared_rows && (lead.splits > 0 || one_token_past_wave))));
-    // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
-    // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
-    // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
-    plan.row_order = resolve_row_order(choice, detail::shared_rows_row_order_fit(plan.union_pass, num_heads), num_heads == 64,
-                                       num_tokens, topk, sharing);
-    plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0) +
-                                              (plan.lead_splits > 1 ? 1 : 0);
-    plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass, plan.lead_tokens, plan.lead_splits);
-    return plan;
+    pick.pays = hint_allows && shared_rows_fills_waves &&
+                (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
+                                                      : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
+  return pick;
+}
+
+// A shared-rows plan: the planner's (`pick`), or the caller's choice forced it (`pick` null).
+static SparseMlaPlan plan_shared_rows(SparseMlaPlan plan, const PlanChoice& choice, const PlannerContext& c, const SharedRowsPick* pick) {
+  const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
+  const DeviceInfo& dev = c.dev;
+  if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
+  if (choice.block_keys != 0) fail("kernel", "shared_rows takes no block_keys");
+  if (choice.balanced == 1) fail("balanced", "needs the split_k kernel");
+  if (choice.splits < 0 || choice.splits > SparseMlaPlan::kMaxSplits)
+    fail("splits", "must be in [1, " + std::to_string(SparseMlaPlan::kMaxSplits) + "], got " + std::to_string(choice.splits));
+  if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
+  plan.kernel = SparseMlaKernel::shared_rows;
+  plan.block_keys = detail::kSharedRowsTileEntries;
+  plan.splits = choice.splits != 0 ? choice.splits : pick ? static_cast<int>(pick->splits) : 1;
+  // Union entries per split for a full list (whole tiles, shared_rows_split_tiles).
+  plan.chunk = static_cast<int>(std::min<int64_t>(
+      topk, detail::shared_rows_split_tiles(c.shared_rows_tiles, plan.splits) * int64_t{detail::kSharedRowsTileEntries}));
+  const bool one_token = pick && pick->one_token_32_heads;  // 32 heads: forced plans unite 2 tokens
+  const int group_heads = detail::shared_rows_group_heads(num_heads, !one_token);
+  if (pick && pick->lead.splits > 0) {
+    plan.lead_tokens = static_cast<int>(pick->lead.lead_tokens);
+    plan.lead_splits = static_cast<int>(pick->lead.lead_splits);
   }
+  const int64_t groups = detail::shared_rows_groups(detail::shared_rows_head_blocks(num_tokens, group_heads));
+  const int64_t lead_groups = int64_t{plan.lead_tokens} * detail::shared_rows_groups_per_token(group_heads);
+  plan.ctas = launch_ctas(detail::lead_split_ctas(groups, plan.splits, lead_groups, plan.lead_splits));
+  // Fused rows with splits and one token per group: a list of at most one split's entries is
+  // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
+  const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
+  check_fused_rows_choice(choice, fusable);
+  plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
+  // One token per group in one wave, or the planner's lead tokens or 32 heads past one wave:
+  // each CTA compacts its token's list (no union pass, and no order pass, which only matters
+  // across waves).
+  plan.union_pass = !(detail::shared_rows_tokens_per_group(group_heads) == 1 &&
+                      (plan.ctas <= dev.sm_count || (pick && (pick->lead.splits > 0 || pick->one_token_past_wave))));
+  // Row order at 64 heads only: at 128 a token's two CTAs share its rows through L2 already and
+  // the main kernel is bound by its MMAs (T = 256 / 1024 random: 243 / 911 -> 226 / 841 us at
+  // 64 heads, 411 / 1604 -> 418 / 1616 at 128, the union pass's sort included; run 144).
+  plan.row_order = resolve_row_order(choice, detail::shared_rows_row_order_fit(plan.union_pass, num_heads), num_heads == 64,
+                                     num_tokens, topk, c.sharing);
+  plan.launches = num_tokens == 0 ? 0 : (plan.union_pass ? 1 : 0) + (plan.union_pass && plan.splits == 1 ? 1 : 0) + 1 + (plan.splits > 1 ? 1 : 0) +
+                                          (plan.lead_splits > 1 ? 1 : 0);
+  plan.workspace_bytes = shared_rows_workspace_for(num_tokens, num_heads, topk, plan.splits, plan.union_pass, plan.lead_tokens, plan.lead_splits);
+  return plan;
+}
+
+// A split-K plan: the planner's, or shaped by the caller's choice.
+static SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const PlannerContext& c) {
+  const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
+  const DeviceInfo& dev = c.dev;
+  const bool fp8 = c.fp8;
+  const IndexSharing sharing = c.sharing;
+  const int64_t split_k_slots = c.split_k_slots;
+  const TwoRounds two_rounds = c.two_rounds;
+  const int64_t lead_min_tail_splits = c.lead_min_tail_splits;
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
   const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
   // Two CTAs per SM (8 warps). Measured on the H100 (docs/perf.md, ac6f7a2): 32-key tiles x 2
@@ -766,6 +782,37 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) + (plan.lead_splits > 1 ? 1 : 0) : 0;  // + the lead tokens' combine
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits, plan.lead_tokens, plan.lead_splits);
   return plan;
+}
+
+SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
+                              IndexSharing sharing, KvCacheFormat kv_format) {
+  validate_shape(num_tokens, num_heads, topk);
+  check_balanced_choice(choice);
+  validate_sharing(sharing);
+  validate_format(kv_format);
+  if (dev.cc_major != 9)
+    fail("device", "compute capability " + std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
+                       " unsupported: the kernels are built for sm_90a (H100/H200)");
+  if (dev.sm_count < 1) fail("device", "sm_count must be >= 1");
+  SparseMlaPlan plan;
+  plan.num_tokens = num_tokens;
+  plan.num_heads = num_heads;
+  plan.topk = topk;
+  const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
+  int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
+#ifdef DSA_WHATIF
+  if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
+#endif
+  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, fp8, 2 * int64_t{dev.sm_count},
+                         static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8),
+                         lead_min_tail_splits};
+  const SharedRowsPick pick = pick_shared_rows(c);
+  const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
+                                         choice.splits == 0 && choice.balanced != 1 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&
+                                         detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
+  if (planner_picks_shared_rows || choice.kernel == PlanChoice::Kernel::shared_rows)
+    return plan_shared_rows(plan, choice, c, planner_picks_shared_rows ? &pick : nullptr);
+  return plan_split_k(plan, choice, c);
 }
 
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
