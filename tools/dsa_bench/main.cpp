@@ -22,6 +22,7 @@
 #include "dense_bench.h"
 #include "flashinfer_bench.h"
 #include "index_analysis.h"
+#include "plan_grid.h"
 #include "common/cuda_check.h"
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
@@ -1128,6 +1129,9 @@ int main(int argc, char** argv) {
   dense->add_option("--block-q", dense_o.block_q, "override the plan's query tile (fa2: 64 or 128)")
       ->check(CLI::IsMember({64, 128}));
   CLI::App* wgmma = app.add_subcommand("wgmma", "the tensor cores' rate for the shared-rows kernels' wgmma shapes, alone and mixed");
+  bool plan_grid_summary = false;
+  CLI::App* plan_grid = app.add_subcommand("plan-grid", "the planner's plan for every shape of a fixed grid, then a hash: two builds that print the same hash plan alike");
+  plan_grid->add_flag("--summary", plan_grid_summary, "print only the count and the hash");
   CLI11_PARSE(app, argc, argv);
   try {
     if (o.warm_code && o.timer != "cupti") throw dsa::Error("--warm-code: needs --timer cupti, got " + o.timer);
@@ -1135,6 +1139,7 @@ int main(int argc, char** argv) {
     if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*wgmma) return dsa::bench::run_wgmma_probe();
+    if (*plan_grid) return dsa::bench::run_plan_grid(plan_grid_summary);
     if (*inspect) {
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
         o.workload_path = inspect_source;

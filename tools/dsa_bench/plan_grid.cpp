@@ -1,0 +1,90 @@
+#include "plan_grid.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dsa/sparse_mla.h"
+
+namespace dsa::bench {
+namespace {
+
+// The overrides a caller may pass, each alone (the planner's own choice first).
+std::vector<std::pair<const char*, PlanChoice>> grid_choices() {
+  std::vector<std::pair<const char*, PlanChoice>> v;
+  const auto add = [&](const char* name, auto set) {
+    PlanChoice c;
+    set(c);
+    v.emplace_back(name, c);
+  };
+  add("planner", [](PlanChoice&) {});
+  add("shared_rows", [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::shared_rows; });
+  add("split_k", [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::split_k; });
+  add("shared_rows/3", [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::shared_rows, c.splits = 3; });
+  add("splits5", [](PlanChoice& c) { c.splits = 5; });
+  add("keys64", [](PlanChoice& c) { c.block_keys = 64; });
+  add("keys16", [](PlanChoice& c) { c.block_keys = 16; });
+  add("fused_off", [](PlanChoice& c) { c.fused_rows = -1; });
+  add("fused100", [](PlanChoice& c) { c.fused_rows = 100; });
+  add("balanced", [](PlanChoice& c) { c.balanced = 1; });
+  add("order_on", [](PlanChoice& c) { c.row_order = 1; });
+  add("order_off", [](PlanChoice& c) { c.row_order = -1; });
+  return v;
+}
+
+// FNV-1a over the lines.
+struct Hash {
+  uint64_t h = 1469598103934665603ull;
+  void add(const std::string& s) {
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  }
+};
+
+}  // namespace
+
+int run_plan_grid(bool summary_only) {
+  const auto choices = grid_choices();
+  const char* sharing_names[] = {"unknown", "consecutive", "none"};
+  const IndexSharing sharings[] = {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none};
+  Hash hash;
+  int64_t count = 0;
+  char line[512];
+  for (int sms : {132, 8, 16, 100})
+    for (int H : {16, 32, 64, 128})
+      for (int topk : {1, 64, 128, 300, 512, 1024, 2048, 2049})
+        for (int fp8 = 0; fp8 < 2; ++fp8)
+          for (int sh = 0; sh < 3; ++sh)
+            for (size_t ci = 0; ci < choices.size(); ++ci)
+              for (int T = 0; T <= 1400; T += T < 300 ? 1 : 11) {
+                if (ci > 0 && T % 3 != 0) continue;  // the overrides on every third T
+                DeviceInfo dev{sms, 232448, 9, 0};
+                std::string s;
+                std::snprintf(line, sizeof line, "sms %d H %d topk %d %s %s %s T %d: ", sms, H, topk, fp8 ? "fp8" : "bf16",
+                              sharing_names[sh], choices[ci].first, T);
+                s = line;
+                try {
+                  const SparseMlaPlan p = plan_sparse_mla(T, H, topk, dev, choices[ci].second, sharings[sh],
+                                                          fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
+                  std::snprintf(line, sizeof line,
+                                "kernel %d keys %d splits %d chunk %d lead %d x %d ctas %d union %d fused %d order %d balanced %d "
+                                "launches %d workspace %zu schedule %zu",
+                                static_cast<int>(p.kernel), p.block_keys, p.splits, p.chunk, p.lead_tokens, p.lead_splits, p.ctas,
+                                static_cast<int>(p.union_pass), p.fused_rows, static_cast<int>(p.row_order), static_cast<int>(p.balanced),
+                                p.launches, p.workspace_bytes, p.schedule_bytes);
+                  s += line;
+                } catch (const std::exception& e) {
+                  s += std::string("error ") + e.what();
+                }
+                hash.add(s);
+                hash.add("\n");
+                ++count;
+                if (!summary_only) std::printf("%s\n", s.c_str());
+              }
+  std::printf("plan-grid: %lld plans, hash %016llx\n", static_cast<long long>(count), static_cast<unsigned long long>(hash.h));
+  return 0;
+}
+
+}  // namespace dsa::bench
