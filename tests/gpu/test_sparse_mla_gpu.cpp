@@ -1570,9 +1570,10 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                         Case{26, 32, 2048, IndexPattern::runs, true, false, 16, 16, 1}, Case{49, 16, 2048, IndexPattern::duplicates, false, false, 16, 32, 1},
                         Case{26, 16, 2048, IndexPattern::single_valid, true, true, 8, 16, 1}, Case{100, 128, 2048, IndexPattern::random, false, false, 0, 66, 1},
                         Case{420, 16, 2048, IndexPattern::runs, true, false, 0, 264, 1},
-                        // shared rows past 2 whole waves (64 / 128 heads)
+                        // shared rows past 2 or more whole waves (64 / 128 heads; past 5 / 7 at 128 heads / fp8)
                         Case{17, 64, 2048, IndexPattern::random, false, false, 8, 16, 1}, Case{9, 128, 1600, IndexPattern::padding_middle, true, true, 8, 8, 1},
-                        Case{265, 64, 256, IndexPattern::runs, false, false, 0, 264, 1},
+                        Case{265, 64, 256, IndexPattern::runs, false, false, 0, 264, 1}, Case{21, 128, 2048, IndexPattern::runs, false, true, 8, 20, 1},
+                        Case{57, 64, 1600, IndexPattern::padding_middle, true, false, 8, 56, 1},
                         // 32 heads past 2 or more whole waves: one-token groups (was: 2-token groups or split-K)
                         Case{37, 32, 2048, IndexPattern::runs, false, true, 16, 32, 1}, Case{20, 32, 1024, IndexPattern::padding_middle, true, false, 8, 16, 1},
                         Case{41, 32, 2048, IndexPattern::duplicates, true, false, 8, 40, 1}, Case{300, 32, 2048, IndexPattern::random, true, false, 0, 264, 1},
