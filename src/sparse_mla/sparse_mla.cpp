@@ -618,16 +618,15 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // whole waves T = 800 711.3 -> 665.0, fp8 T = 700 628.9 -> 508.7. Where the 2-token
       // groups' waves are full they stay: T = 450 / 661 / 700 / 925 375.9 / 543.1 / 544.5 /
       // 714.6 against 387.2 / 552.0 / 587.8 / 762.5 with lead tokens (runs 477-479).
-      if (!pick.one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count}) {
-        const LeadPlan l = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
-        if (l.splits > 0 && one_token_lead_pays(num_tokens, l.splits, dev.sm_count, fp8))
-          pick.one_token_32_heads = pick.one_token_past_wave = true;
+      const LeadPlan one_token_lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
+      if (!pick.one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count} && one_token_lead.splits > 0 &&
+          one_token_lead_pays(num_tokens, one_token_lead.splits, dev.sm_count, fp8))
+        pick.one_token_32_heads = pick.one_token_past_wave = true;
+      if (pick.one_token_32_heads) {
+        pick.pays = true;
+        pick.lead = one_token_lead;
+        pick.splits = one_token_lead.splits > 0 ? one_token_lead.splits : c.one_token_splits(num_tokens);
       }
-    }
-    if (pick.one_token_32_heads) {
-      pick.pays = true;
-      pick.lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
-      pick.splits = pick.lead.splits > 0 ? pick.lead.splits : c.one_token_splits(num_tokens);
     }
   } else if (tokens_per_group == 4)  // 16 heads
     pick.pays = hint_allows && shared_rows_fills_waves &&

@@ -52,7 +52,8 @@ int run_plan_grid(bool summary_only) {
   Hash hash;
   int64_t count = 0;
   char line[512];
-  for (int sms : {132, 8, 16, 100})
+  for (int sms : {132, 8, 16, 100}) {
+    const DeviceInfo dev{sms, 232448, 9, 0};  // an H100's shared memory per block
     for (int H : {16, 32, 64, 128})
       for (int topk : {1, 64, 128, 300, 512, 1024, 2048, 2049})
         for (int fp8 = 0; fp8 < 2; ++fp8)
@@ -60,11 +61,9 @@ int run_plan_grid(bool summary_only) {
             for (size_t ci = 0; ci < choices.size(); ++ci)
               for (int T = 0; T <= 1400; T += T < 300 ? 1 : 11) {
                 if (ci > 0 && T % 3 != 0) continue;  // the overrides on every third T
-                DeviceInfo dev{sms, 232448, 9, 0};
-                std::string s;
                 std::snprintf(line, sizeof line, "sms %d H %d topk %d %s %s %s T %d: ", sms, H, topk, fp8 ? "fp8" : "bf16",
                               sharing_names[sh], choices[ci].first, T);
-                s = line;
+                std::string s = line;
                 try {
                   const SparseMlaPlan p = plan_sparse_mla(T, H, topk, dev, choices[ci].second, sharings[sh],
                                                           fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
@@ -83,6 +82,7 @@ int run_plan_grid(bool summary_only) {
                 ++count;
                 if (!summary_only) std::printf("%s\n", s.c_str());
               }
+  }
   std::printf("plan-grid: %lld plans, hash %016llx\n", static_cast<long long>(count), static_cast<unsigned long long>(hash.h));
   return 0;
 }
