@@ -382,11 +382,6 @@ enum class TwoRounds { never, short_tail, always };
 static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
-#ifdef DSA_WHATIF
-  // What-if builds only (not measured yet): 32 heads bf16 two rounds for tails up to 2/3 of a
-  // wave too, where past 2 whole waves the alternative is 2-token groups (T = 337-352).
-  if (num_heads == 32 && std::getenv("DSA_32H_TWO_ROUNDS")) return TwoRounds::always;
-#endif
   return fp8 ? TwoRounds::always : TwoRounds::short_tail;
 }
 
@@ -468,12 +463,13 @@ struct PlannerContext {
   // (their groups unsplit) or just past half a wave (half a wave of groups in 2 splits),
   // the later tokens in as many splits as fit the SMs after them; none where too few fit.
   // max_lead_waves: the most whole waves whose tokens go unsplit.
-  LeadPlan shared_rows_lead(int64_t groups, int groups_per_token, int64_t max_lead_waves) const {
+  // rule: two_rounds_rule's, or the caller's where it knows better (32 heads past 2 waves).
+  LeadPlan shared_rows_lead(int64_t groups, int groups_per_token, int64_t max_lead_waves, TwoRounds rule) const {
     const int64_t wave = dev.sm_count / groups_per_token * groups_per_token, half = dev.sm_count / 2 / groups_per_token * groups_per_token;
     if (groups > wave) {  // past 1 to max_lead_waves whole waves: their tokens unsplit, the tail split
       const int64_t whole = groups / wave * wave;
       if (whole == groups || whole / wave > max_lead_waves) return {};
-      return past_waves_lead(whole / groups_per_token, groups - whole, dev.sm_count, shared_rows_tiles, two_rounds);
+      return past_waves_lead(whole / groups_per_token, groups - whole, dev.sm_count, shared_rows_tiles, rule);
     }
     // Past half a wave at 128 heads only, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
     // 89.8 -> 75.5 / 83.9 µs, runs of 1-2048 rows T = 40 87.4 -> 63.5; run 465). At 32 and 64
@@ -590,7 +586,7 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
 #endif
-    pick.lead = c.shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads), max_lead_waves);
+    pick.lead = c.shared_rows_lead(shared_rows_ctas, detail::shared_rows_groups_per_token(num_heads), max_lead_waves, c.two_rounds);
     pick.splits = pick.lead.splits > 0 ? pick.lead.splits : c.one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
@@ -618,8 +614,15 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // whole waves T = 800 711.3 -> 665.0, fp8 T = 700 628.9 -> 508.7. Where the 2-token
       // groups' waves are full they stay: T = 450 / 661 / 700 / 925 375.9 / 543.1 / 544.5 /
       // 714.6 against 387.2 / 552.0 / 587.8 / 762.5 with lead tokens (runs 477-479).
-      const LeadPlan one_token_lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max());
-      if (!pick.one_token_32_heads && num_tokens > 2 * int64_t{dev.sm_count} && one_token_lead.splits > 0 &&
+      // Past 2 whole waves a bf16 tail of 11/20-2/3 of a wave takes 3 splits in two rounds too:
+      // the alternative there is 2-token groups, not one more wave of one-token CTAs as below 2
+      // waves (T = 220 203.4 -> 213.0 with two rounds). Run 484, 2-token groups -> two rounds:
+      // random T = 340 / 345 / 350 / 352 / 610 369.2 / 369.4 / 370.0 / 371.2 / 545.6 -> 308.4 /
+      // 312.2 / 316.6 / 317.7 / 525.1, runs of 1-2048 rows T = 350 218.3 -> 178.3.
+      const bool past_two_waves = num_tokens > 2 * int64_t{dev.sm_count};
+      const TwoRounds rule = past_two_waves && c.two_rounds == TwoRounds::short_tail ? TwoRounds::always : c.two_rounds;
+      const LeadPlan one_token_lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max(), rule);
+      if (!pick.one_token_32_heads && past_two_waves && one_token_lead.splits > 0 &&
           one_token_lead_pays(num_tokens, one_token_lead.splits, dev.sm_count, fp8))
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {

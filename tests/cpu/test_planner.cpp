@@ -17,7 +17,7 @@ namespace {
 const DeviceInfo kH100{132, 232448, 9, 0};
 
 TEST(Planner, InvariantsHoldOverAGridOfShapes) {
-  for (int T : {0, 1, 2, 3, 8, 64, 100, 133, 200, 397, 420, 1024, 4096, 100000})
+  for (int T : {0, 1, 2, 3, 8, 64, 100, 133, 200, 350, 397, 420, 1024, 4096, 100000})
     for (int H : {16, 32, 64, 128})
       for (int topk : {1, 31, 63, 64, 128, 600, 2048, 2049, 5000, 300000}) {
         SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H << " topk " << topk);
@@ -51,29 +51,30 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         // least 2, or 8 past half a wave), none left empty by a full list. Past whole waves,
         // where fewer than 2 fit, 3 in two rounds of a wave where the rule allows: 128 heads; 64
         // heads, and 16 / 32 heads with lists of 2048, for a tail of at most 11/20 of a wave
-        // (bf16).
+        // (bf16; 32 heads' one-token groups past 2 whole waves up to 2/3).
         const auto splits_of = [](int64_t tiles, int64_t fit) { return (tiles + (tiles + fit - 1) / fit - 1) / ((tiles + fit - 1) / fit); };
         // The later tokens' splits (0: no lead plan).
         const auto later_splits = [&](int64_t later, int64_t slots, int64_t t, int64_t min_fit, int64_t rounds = 1) -> int64_t {
           const int64_t fit = std::min<int64_t>({rounds * slots / later, t, 64});
           return fit >= min_fit && splits_of(t, fit) > rounds ? splits_of(t, fit) : 0;
         };
-        const auto past_waves_splits = [&](int64_t later, int64_t slots, int64_t t) -> int64_t {
+        // 32 heads past 2 whole waves (h32_past_two): bf16 tails up to 2/3 of a wave too.
+        const auto past_waves_splits = [&](int64_t later, int64_t slots, int64_t t, bool h32_past_two = false) -> int64_t {
           const int64_t one_round = later_splits(later, slots, t, 2);
-          const bool two_rounds = H == 128 || ((H == 64 || topk >= 2048) && later * 20 <= slots * 11);
+          const bool two_rounds = H == 128 || ((H == 64 || topk >= 2048) && (later * 20 <= slots * 11 || h32_past_two));
           return one_round > 0 || !two_rounds ? one_round : later_splits(later, slots, t, 2, 2);
         };
         int64_t want_lead = 0, want_lead_splits = 1, want_splits = 0;
         const auto expect_lead = [&](int64_t lead, int64_t lead_splits, int64_t later, int64_t slots, int64_t t, int64_t min_fit) {
           if (const int64_t s = later_splits(later, slots, t, min_fit)) want_lead = lead, want_lead_splits = lead_splits, want_splits = s;
         };
-        const auto expect_past_waves = [&](int64_t lead, int64_t later, int64_t slots, int64_t t) {
-          if (const int64_t s = past_waves_splits(later, slots, t)) want_lead = lead, want_lead_splits = 1, want_splits = s;
+        const auto expect_past_waves = [&](int64_t lead, int64_t later, int64_t slots, int64_t t, bool h32_past_two = false) {
+          if (const int64_t s = past_waves_splits(later, slots, t, h32_past_two)) want_lead = lead, want_lead_splits = 1, want_splits = s;
         };
         const int64_t token_slots = 264 / (H / 16);
         const int64_t wave = 132 / groups_per_token * groups_per_token, whole = groups / wave * wave;  // shared rows' groups
         if (one_token && groups > wave) {
-          if (whole != groups && (whole / wave <= 6 || H != 64)) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles);
+          if (whole != groups && (whole / wave <= 6 || H != 64)) expect_past_waves(whole / groups_per_token, groups - whole, 132, tiles, H == 32 && T > 264);
         }
         else if (one_token && H == 128 && groups > 66 / groups_per_token * groups_per_token)
           expect_lead(66 / groups_per_token, 2, groups - 66 / groups_per_token * groups_per_token, 132, tiles, 8);
@@ -99,7 +100,7 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         // where their tail takes lead-token splits and their waves (whole + rounds / splits) are
         // fewer than 25/16 x the 2-token groups' + 5/16 (bf16).
         if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264 && T % 132 > 0) {
-          const int64_t s = past_waves_splits(T % 132, 132, tiles);
+          const int64_t s = past_waves_splits(T % 132, 132, tiles, true);
           const int64_t rounds = (T % 132 * s + 131) / 132, two_token_ctas = (T + 1) / 2;
           // A last 2-token wave of one CTA of one token counts half.
           const int64_t half_waves = 2 * ((two_token_ctas + 131) / 132) - (T % 2 == 1 && two_token_ctas % 132 == 1);
@@ -347,11 +348,11 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
   };
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
-    // Whole waves of one-token groups, a tail past them of more than 11/20 of a wave (bf16), or
+    // Whole waves of one-token groups, a tail past them of more than 2/3 of a wave (T = 360), or
     // more one-token waves than 25/16 x the 2-token groups' + 5/16 (T = 450: 3.5 against 2;
-    // 661: 5.02 against 3; 700: 5.33 against 3; 1057: 8.02 against 4.5, its last 2-token CTA
-    // one token): 2-token groups.
-    for (int T : {225, 256, 264, 350, 450, 512, 661, 700, 1024, 1057, 4096}) {
+    // 478: 3.67 against 2; 661: 5.02 against 3; 700: 5.33 against 3; 1057: 8.02 against 4.5, its
+    // last 2-token CTA one token): 2-token groups.
+    for (int T : {225, 256, 264, 360, 450, 478, 512, 661, 700, 1024, 1057, 4096}) {
       EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
       if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
@@ -371,12 +372,13 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
       EXPECT_EQ(p.launches, splits > 1 ? 2 : 1) << T;
     }
     // Past 2 or more whole waves: one-token groups again, the whole waves' tokens unsplit and the
-    // tail in as many splits as fit a wave, or 3 over two rounds (up to 11/20 of a wave; fp8
-    // always), where their waves cost less (bf16 T = 600: 4.67 one-token waves against 3
-    // 2-token; 800: 6.06 against 4; fp8 T = 700: 5.33 against 3 x 15/8).
+    // tail in as many splits as fit a wave, or 3 over two rounds (up to 2/3 of a wave), where
+    // their waves cost less (bf16 T = 350: 2.67 one-token waves against 2 2-token; 600 and 610:
+    // 4.67 against 3; 800: 6.06 against 4; fp8 T = 700: 5.33 against 3 x 15/8).
     for (auto [T, topk, kv, unsplit, splits] :
          {std::tuple{265, 2048, KvCacheFormat::bf16, 264, 64}, std::tuple{300, 2048, KvCacheFormat::bf16, 264, 3},
           std::tuple{330, 2048, KvCacheFormat::bf16, 264, 2}, std::tuple{350, 2048, KvCacheFormat::fp8_ds_mla, 264, 3},
+          std::tuple{350, 2048, KvCacheFormat::bf16, 264, 3}, std::tuple{610, 2048, KvCacheFormat::bf16, 528, 3},
           std::tuple{397, 2048, KvCacheFormat::bf16, 396, 64}, std::tuple{430, 2048, KvCacheFormat::bf16, 396, 3},
           std::tuple{529, 2048, KvCacheFormat::fp8_ds_mla, 528, 64}, std::tuple{600, 2048, KvCacheFormat::bf16, 528, 3},
           std::tuple{800, 2048, KvCacheFormat::bf16, 792, 16}, std::tuple{700, 2048, KvCacheFormat::fp8_ds_mla, 660, 3},

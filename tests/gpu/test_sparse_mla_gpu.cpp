@@ -1577,6 +1577,8 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                         // 32 heads past 2 or more whole waves: one-token groups (was: 2-token groups or split-K)
                         Case{37, 32, 2048, IndexPattern::runs, false, true, 16, 32, 1}, Case{20, 32, 1024, IndexPattern::padding_middle, true, false, 8, 16, 1},
                         Case{41, 32, 2048, IndexPattern::duplicates, true, false, 8, 40, 1}, Case{300, 32, 2048, IndexPattern::random, true, false, 0, 264, 1},
+                        // ... bf16 with a tail of 11/20-2/3 of a wave: 3 splits in two rounds
+                        Case{21, 32, 2048, IndexPattern::padding_middle, false, false, 8, 16, 1}, Case{350, 32, 2048, IndexPattern::random, false, true, 0, 264, 1},
                         // every lead token done by its split 0: the lead combine's blocks leave at once, the
                         // later combine still reads the main kernel's partials (combine_before_another)
                         Case{133, 16, 2048, IndexPattern::random, true, false, 0, 132, 2, true},
