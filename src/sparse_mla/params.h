@@ -278,7 +278,11 @@ inline constexpr int64_t kSharedRowsLeadMaxWaves = 6;
 // 32 heads (lists of >= kSharedRowsLongList) past 2 or more whole waves of one-token groups take
 // lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of
 // them), where the planner's wave count says so (one_token_lead_pays): one-token waves (whole +
-// rounds / splits of the tail) < (ratio x 2-token waves + setup) / den. A wave of one-token
+// rounds / splits of the tail) < (ratio x 2-token waves + setup) / den. Bf16 tails of up to 2/3
+// of a wave take 3 splits in two rounds there (kLeadTwoRounds*'s 11/20 is for one-token waves
+// as the alternative); a tail with no lead plan (past 2/3, or none) is a wave of its own,
+// unsplit (run 486: bf16 T = 360 / 396 373.6 / 376.2 -> 312.7 / 337.7, fp8 T = 660 / 1170
+// 591.5 / 1049.1 -> 474.9 / 834.8, split-K before). A wave of one-token
 // groups costs ~110 µs, of 2-token groups ~172 + ~32 for the union pass and the first wave's
 // setup (bf16, runs 477-478: one-token T = 529 / 661 446.6 / 552.0 for 4 / 5 waves, 2-token
 // T = 512 / 792 / 1056 372.2 / 548.0 / 719.9 for 2 / 3 / 4); fp8 ~97 against ~182 + 33 (runs

@@ -622,8 +622,17 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       const bool past_two_waves = num_tokens > 2 * int64_t{dev.sm_count};
       const TwoRounds rule = past_two_waves && c.two_rounds == TwoRounds::short_tail ? TwoRounds::always : c.two_rounds;
       const LeadPlan one_token_lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max(), rule);
-      if (!pick.one_token_32_heads && past_two_waves && one_token_lead.splits > 0 &&
-          one_token_lead_pays(num_tokens, one_token_lead.splits, dev.sm_count, fp8))
+      // Without a lead plan (a tail past 2/3 of a wave, or none) the same count with the tail a
+      // wave of its own, unsplit: bf16 3 one-token waves against 2 of 2-token groups (T =
+      // 353-396), fp8 (15/8) from 4 against 2 to 9 against 5. Run 486, 2-token groups or
+      // split-K -> one-token groups: random T = 360 / 380 / 396 373.6 / 373.9 / 376.2 -> 312.7 /
+      // 324.4 / 337.7, topk 1024 T = 360 217.8 -> 174.5, runs of 1-2048 rows T = 370 221.8 ->
+      // 203.2; fp8 T = 360 / 500 / 660 / 900 / 1170 356.3 / 400.9 / 591.5 / 823.8 / 1049.1 ->
+      // 286.9 / 379.7 / 474.9 / 654.8 / 834.8, topk 1024 T = 360 / 660 / 1400 188.9 / 312.7 /
+      // 673.1 -> 158.7 / 262.0 / 562.5. Mixed lengths lose the union pass's order: fp8 runs
+      // T = 500 236.9 -> 251.8.
+      const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
+      if (!pick.one_token_32_heads && past_two_waves && one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8))
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {
         pick.pays = true;

@@ -17,7 +17,7 @@ namespace {
 const DeviceInfo kH100{132, 232448, 9, 0};
 
 TEST(Planner, InvariantsHoldOverAGridOfShapes) {
-  for (int T : {0, 1, 2, 3, 8, 64, 100, 133, 200, 350, 397, 420, 1024, 4096, 100000})
+  for (int T : {0, 1, 2, 3, 8, 64, 100, 133, 200, 350, 370, 397, 420, 1024, 4096, 100000})
     for (int H : {16, 32, 64, 128})
       for (int topk : {1, 31, 63, 64, 128, 600, 2048, 2049, 5000, 300000}) {
         SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H << " topk " << topk);
@@ -93,18 +93,20 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           // One wave of one-token groups, just past it, or at 32 heads up to 1.7 waves of them
           // unsplit: CTAs compact their lists.
           const bool past_wave_32 = H == 32 && one_token && groups > 132 && groups * 10 <= 17 * 132;
-          EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || just_past_wave || past_wave_32)));
-          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && (T <= 224 || want_lead > 0) && topk >= 1024);
+          // (32 heads past 2 whole waves: below.)
+          const bool past_two_waves_32 = H == 32 && one_token && T > 264;
+          EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || just_past_wave || past_wave_32 || past_two_waves_32)));
+          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && (T <= 224 || T > 264) && topk >= 1024);
         }
         // 32 heads past 2 or more whole waves (lists of 1024-2048): one-token groups exactly
-        // where their tail takes lead-token splits and their waves (whole + rounds / splits) are
-        // fewer than 25/16 x the 2-token groups' + 5/16 (bf16).
-        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264 && T % 132 > 0) {
-          const int64_t s = past_waves_splits(T % 132, 132, tiles, true);
+        // where their waves (whole + rounds / splits of the tail) are fewer than 25/16 x the
+        // 2-token groups' + 5/16 (bf16). Without lead-token splits the tail is a wave of its own.
+        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264) {
+          const int64_t s = T % 132 > 0 ? std::max<int64_t>(past_waves_splits(T % 132, 132, tiles, true), 1) : 1;
           const int64_t rounds = (T % 132 * s + 131) / 132, two_token_ctas = (T + 1) / 2;
           // A last 2-token wave of one CTA of one token counts half.
           const int64_t half_waves = 2 * ((two_token_ctas + 131) / 132) - (T % 2 == 1 && two_token_ctas % 132 == 1);
-          EXPECT_EQ(shared_rows && !p.union_pass, s > 0 && 32 * (T / 132 * s + rounds) < (25 * half_waves + 10) * s);
+          EXPECT_EQ(shared_rows && !p.union_pass, 32 * (T / 132 * s + rounds) < (25 * half_waves + 10) * s);
         }
         // Split-K: a partial per split (a bf16 row and an fp32 lse); shared rows: with a union pass
         // a union record per group (48 KB at topk 2048), then two ints per group (the unions'
@@ -272,12 +274,16 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
-  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) and 628
-  // (a tail of 0.76 of a wave past 4: no lead tokens; 314 2-token CTAs, 3 waves at 79 %) differ.
-  for (int T : {230, 628}) {
-    EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::split_k) << T;
-    EXPECT_EQ(bf16_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
-  }
+  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) differs.
+  EXPECT_EQ(fp8_kernel(230, 32), SparseMlaKernel::split_k);
+  EXPECT_EQ(bf16_kernel(230, 32), SparseMlaKernel::shared_rows);
+  // Past 2 whole waves fp8 takes one-token groups where bf16 keeps 2-token groups: T = 628 (a
+  // tail of 0.76 of a wave past 4, no lead tokens) costs 5 one-token waves, 5 < 15/8 x 3 2-token
+  // waves + 3/8 (bf16: 25/16 x 3 + 5/16).
+  const SparseMlaPlan fp8_628 = plan_sparse_mla(628, 32, 2048, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
+  EXPECT_TRUE(fp8_628.kernel == SparseMlaKernel::shared_rows && !fp8_628.union_pass && fp8_628.ctas == 628);
+  const SparseMlaPlan bf16_628 = plan_sparse_mla(628, 32, 2048, kH100);
+  EXPECT_TRUE(bf16_628.kernel == SparseMlaKernel::shared_rows && bf16_628.union_pass && bf16_628.ctas == 314);
   for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::split_k);
   // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 230 (split-K past one wave), fp8 not.
@@ -348,11 +354,11 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
   };
   for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
-    // Whole waves of one-token groups, a tail past them of more than 2/3 of a wave (T = 360), or
-    // more one-token waves than 25/16 x the 2-token groups' + 5/16 (T = 450: 3.5 against 2;
-    // 478: 3.67 against 2; 661: 5.02 against 3; 700: 5.33 against 3; 1057: 8.02 against 4.5, its
-    // last 2-token CTA one token): 2-token groups.
-    for (int T : {225, 256, 264, 360, 450, 478, 512, 661, 700, 1024, 1057, 4096}) {
+    // More one-token waves than 25/16 x the 2-token groups' + 5/16 (T = 264: 2 against 1; 450:
+    // 3.5 against 2; 478: 3.67 against 2; 512: 4 against 2, its tail of 0.88 of a wave unsplit;
+    // 661: 5.02 against 3; 700: 5.33 against 3; 1057: 8.02 against 4.5, its last 2-token CTA one
+    // token): 2-token groups.
+    for (int T : {225, 256, 264, 450, 478, 512, 661, 700, 1024, 1057, 4096}) {
       EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
       if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
@@ -394,6 +400,17 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
       EXPECT_EQ(p.ctas, unsplit + (T - unsplit) * splits) << what;  // one CTA per token and split
       EXPECT_EQ(p.workspace_bytes, size_t(T - unsplit) * splits * 32 * 1028) << what;
       EXPECT_EQ(p.launches, 2) << what;
+    }
+    // ... and without a lead plan (a tail past 2/3 of a wave, or whole waves) the tail a wave of
+    // its own, unsplit, where that count pays: T = 353-396 (3 one-token waves against 2).
+    for (auto [T, topk] : {std::pair{353, 2048}, std::pair{360, 2048}, std::pair{396, 2048}, std::pair{360, 1024}}) {
+      const SparseMlaPlan p = plan(T, sharing, topk);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_FALSE(p.union_pass) << T;
+      EXPECT_EQ(p.lead_tokens, 0) << T;
+      EXPECT_EQ(p.splits, 1) << T;
+      EXPECT_EQ(p.ctas, T) << T;
+      EXPECT_EQ(p.launches, 1) << T;
     }
     EXPECT_EQ(plan(265, sharing, 1023).kernel, SparseMlaKernel::split_k);  // shorter lists keep split-K's lead plan
     EXPECT_EQ(plan(350, sharing, 2048, KvCacheFormat::fp8_ds_mla).chunk, 704);
