@@ -282,7 +282,9 @@ inline constexpr int64_t kSharedRowsLeadMaxWaves = 6;
 // of a wave take 3 splits in two rounds there (kLeadTwoRounds*'s 11/20 is for one-token waves
 // as the alternative); a tail with no lead plan (past 2/3, or none) is a wave of its own,
 // unsplit (run 486: bf16 T = 360 / 396 373.6 / 376.2 -> 312.7 / 337.7, fp8 T = 660 / 1170
-// 591.5 / 1049.1 -> 474.9 / 834.8, split-K before). A wave of one-token
+// 591.5 / 1049.1 -> 474.9 / 834.8, split-K before). With fp8 the count holds from 1.7 waves:
+// T = 225-264 take 2 unsplit one-token waves (run 490: T = 250 / 256 240.7 / 219.6 -> 195.7 /
+// 195.3, split-K / 2-token groups before). A wave of one-token
 // groups costs ~110 µs, of 2-token groups ~172 + ~32 for the union pass and the first wave's
 // setup (bf16, runs 477-478: one-token T = 529 / 661 446.6 / 552.0 for 4 / 5 waves, 2-token
 // T = 512 / 792 / 1056 372.2 / 548.0 / 719.9 for 2 / 3 / 4); fp8 ~97 against ~182 + 33 (runs

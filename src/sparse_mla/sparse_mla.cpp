@@ -631,8 +631,13 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // 286.9 / 379.7 / 474.9 / 654.8 / 834.8, topk 1024 T = 360 / 660 / 1400 188.9 / 312.7 /
       // 673.1 -> 158.7 / 262.0 / 562.5. Mixed lengths lose the union pass's order: fp8 runs
       // T = 500 236.9 -> 251.8.
+      // The same count from 1.7 waves (where one_token_past_wave ends): 2 unsplit one-token waves
+      // against one of 2-token groups pay with fp8 only (T = 225-264; split-K below T = 256).
+      // Run 490: fp8 T = 225 / 250 / 256 / 264 240.9 / 240.7 / 219.6 / 219.8 -> 194.9 / 195.7 /
+      // 195.3 / 196.0, topk 1024 T = 240 129.3 -> 108.8, runs of 1-2048 rows T = 240 / 256
+      // 182.8 / 213.3 -> 161.7 / 167.6, hint none T = 250 238.0 -> 194.9.
       const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
-      if (!pick.one_token_32_heads && past_two_waves && one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8))
+      if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8))
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {
         pick.pays = true;

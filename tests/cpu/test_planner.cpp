@@ -17,7 +17,7 @@ namespace {
 const DeviceInfo kH100{132, 232448, 9, 0};
 
 TEST(Planner, InvariantsHoldOverAGridOfShapes) {
-  for (int T : {0, 1, 2, 3, 8, 64, 100, 133, 200, 350, 370, 397, 420, 1024, 4096, 100000})
+  for (int T : {0, 1, 2, 3, 8, 64, 100, 133, 200, 250, 350, 370, 397, 420, 1024, 4096, 100000})
     for (int H : {16, 32, 64, 128})
       for (int topk : {1, 31, 63, 64, 128, 600, 2048, 2049, 5000, 300000}) {
         SCOPED_TRACE(::testing::Message() << "T " << T << " H " << H << " topk " << topk);
@@ -93,16 +93,16 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
           // One wave of one-token groups, just past it, or at 32 heads up to 1.7 waves of them
           // unsplit: CTAs compact their lists.
           const bool past_wave_32 = H == 32 && one_token && groups > 132 && groups * 10 <= 17 * 132;
-          // (32 heads past 2 whole waves: below.)
-          const bool past_two_waves_32 = H == 32 && one_token && T > 264;
+          // (32 heads from 1.7 waves: below.)
+          const bool past_two_waves_32 = H == 32 && one_token && T > 224;
           EXPECT_EQ(p.union_pass, !(one_token && (p.ctas <= 132 || just_past_wave || past_wave_32 || past_two_waves_32)));
-          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && (T <= 224 || T > 264) && topk >= 1024);
+          if (H == 32 && !p.union_pass) EXPECT_TRUE(T >= 16 && topk >= 1024);
         }
-        // 32 heads past 2 or more whole waves (lists of 1024-2048): one-token groups exactly
-        // where their waves (whole + rounds / splits of the tail) are fewer than 25/16 x the
-        // 2-token groups' + 5/16 (bf16). Without lead-token splits the tail is a wave of its own.
-        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 264) {
-          const int64_t s = T % 132 > 0 ? std::max<int64_t>(past_waves_splits(T % 132, 132, tiles, true), 1) : 1;
+        // 32 heads from 1.7 waves (lists of 1024-2048): one-token groups exactly where their
+        // waves (whole + rounds / splits of the tail) are fewer than 25/16 x the 2-token groups'
+        // + 5/16 (bf16). Without lead-token splits the tail is a wave of its own.
+        if (H == 32 && topk >= 1024 && topk <= 2048 && T > 224) {
+          const int64_t s = T % 132 > 0 ? std::max<int64_t>(past_waves_splits(T % 132, 132, tiles, T > 264), 1) : 1;
           const int64_t rounds = (T % 132 * s + 131) / 132, two_token_ctas = (T + 1) / 2;
           // A last 2-token wave of one CTA of one token counts half.
           const int64_t half_waves = 2 * ((two_token_ctas + 131) / 132) - (T % 2 == 1 && two_token_ctas % 132 == 1);
@@ -274,22 +274,21 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
-  // 32 heads: T = 230 (split-K past one wave; one-token groups end at 1.7 waves, 224) differs.
-  EXPECT_EQ(fp8_kernel(230, 32), SparseMlaKernel::split_k);
-  EXPECT_EQ(bf16_kernel(230, 32), SparseMlaKernel::shared_rows);
-  // Past 2 whole waves fp8 takes one-token groups where bf16 keeps 2-token groups: T = 628 (a
-  // tail of 0.76 of a wave past 4, no lead tokens) costs 5 one-token waves, 5 < 15/8 x 3 2-token
-  // waves + 3/8 (bf16: 25/16 x 3 + 5/16).
-  const SparseMlaPlan fp8_628 = plan_sparse_mla(628, 32, 2048, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
-  EXPECT_TRUE(fp8_628.kernel == SparseMlaKernel::shared_rows && !fp8_628.union_pass && fp8_628.ctas == 628);
-  const SparseMlaPlan bf16_628 = plan_sparse_mla(628, 32, 2048, kH100);
-  EXPECT_TRUE(bf16_628.kernel == SparseMlaKernel::shared_rows && bf16_628.union_pass && bf16_628.ctas == 314);
+  // 32 heads from 1.7 waves (one-token groups unsplit end at 224 tokens) and past 2 whole waves:
+  // fp8 takes one-token groups where bf16 keeps 2-token groups (one_token_lead_pays). T = 230 /
+  // 250 / 264: 2 unsplit one-token waves, 2 < 15/8 x 1 2-token wave + 3/8 (bf16: 2 >= 25/16 +
+  // 5/16; fp8 took split-K below T = 256 before, run 490). T = 628 (a tail of 0.76 of a wave past
+  // 4, no lead tokens): 5 waves, 5 < 15/8 x 3 + 3/8 (bf16: 25/16 x 3 + 5/16 = 5).
+  for (int topk : {1024, 2048})
+    for (int T : {230, 250, 264, 628}) {
+      const SparseMlaPlan fp8 = plan_sparse_mla(T, 32, topk, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
+      EXPECT_TRUE(fp8.kernel == SparseMlaKernel::shared_rows && !fp8.union_pass && fp8.splits == 1 && fp8.ctas == T) << T << " " << topk;
+      const SparseMlaPlan bf16 = plan_sparse_mla(T, 32, topk, kH100);
+      EXPECT_TRUE(bf16.kernel == SparseMlaKernel::shared_rows && bf16.union_pass && bf16.ctas == (T + 1) / 2) << T << " " << topk;
+    }
   for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::split_k);
-  // Lists of 1024 at 32 heads: bf16 takes shared rows at T = 230 (split-K past one wave), fp8 not.
-  EXPECT_EQ(plan_sparse_mla(230, 32, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
-  EXPECT_EQ(plan_sparse_mla(230, 32, 1024, kH100).kernel, SparseMlaKernel::shared_rows);
-  // ... and both one-token groups up to 1.7 waves (224 tokens).
+  // Both take one-token groups up to 1.7 waves (224 tokens).
   for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla}) {
     const SparseMlaPlan p = plan_sparse_mla(224, 32, 1024, kH100, {}, IndexSharing::unknown, kv);
     EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows);
