@@ -242,11 +242,12 @@
 //               fp8, up to 6 at 64 heads bf16 (was 4). Run 481 (us): 128 heads T = 500 / 2048
 //               743.2 / 2859.5 -> 699.0 / 2678.0, fp8 64 heads T = 2048 1615.4 -> 1538.2, prefill
 //               T = 4096 at 128 heads 5500.3 -> 5348.0.
-//   v29 980c1e2, f75f85e (plans only) 32 heads past 2 whole waves: bf16 tails up to 2/3 of a
-//               wave in 3 splits over two rounds, and a tail with no lead plan as one more
-//               unsplit wave of one-token groups where the count of waves pays. Runs 485-486
-//               (us): T = 345 / 360 / 396 372.5 / 373.6 / 376.2 -> 312.1 / 312.7 / 337.7, fp8
-//               T = 660 / 1170 591.5 / 1049.1 -> 474.9 / 834.8 (split-K before).
+//   v29 980c1e2, f75f85e, 980f5c0 (plans only) 32 heads past 2 whole waves: bf16 tails up to
+//               2/3 of a wave in 3 splits over two rounds, and a tail with no lead plan as one
+//               more unsplit wave of one-token groups where the count of waves pays (fp8 from
+//               1.7 waves). Runs 485-490 (us): T = 345 / 360 / 396 372.5 / 373.6 / 376.2 ->
+//               312.1 / 312.7 / 337.7, fp8 T = 250 / 660 / 1170 240.7 / 591.5 / 1049.1 -> 195.7
+//               / 474.9 / 834.8 (split-K before).
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
