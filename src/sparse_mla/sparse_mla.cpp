@@ -637,7 +637,14 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // 195.3 / 196.0, topk 1024 T = 240 129.3 -> 108.8, runs of 1-2048 rows T = 240 / 256
       // 182.8 / 213.3 -> 161.7 / 167.6, hint none T = 250 238.0 -> 194.9.
       const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
-      if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8))
+      bool one_token_pays = one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8);
+#ifdef DSA_WHATIF
+      // What-if builds only (not measured yet): where the hint bars 2-token groups (`none`), the
+      // count's reference is not on offer and the plan falls to split-K (bf16 T = 225-264,
+      // 443-520, 619-784, ...): one-token groups there instead.
+      if (sharing == IndexSharing::none && std::getenv("DSA_32H_NONE_ONE_TOKEN")) one_token_pays = true;
+#endif
+      if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_pays)
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {
         pick.pays = true;
