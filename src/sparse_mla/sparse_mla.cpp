@@ -637,13 +637,14 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // 195.3 / 196.0, topk 1024 T = 240 129.3 -> 108.8, runs of 1-2048 rows T = 240 / 256
       // 182.8 / 213.3 -> 161.7 / 167.6, hint none T = 250 238.0 -> 194.9.
       const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
-      bool one_token_pays = one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8);
-#ifdef DSA_WHATIF
-      // What-if builds only (not measured yet): where the hint bars 2-token groups (`none`), the
-      // count's reference is not on offer and the plan falls to split-K (bf16 T = 225-264,
-      // 443-520, 619-784, ...): one-token groups there instead.
-      if (sharing == IndexSharing::none && std::getenv("DSA_32H_NONE_ONE_TOKEN")) one_token_pays = true;
-#endif
+      // Where the hint bars 2-token groups (`none`), the count's reference is not on offer and
+      // the alternative is split-K, whose 2 head blocks read each row twice: one-token groups
+      // from one wave on. Run 492, split-K -> one-token groups, hint none: random T = 250 / 450 /
+      // 500 / 700 / 784 / 1024 / 1300 292.2 / 510.7 / 569.5 / 768.9 / 855.6 / 1124.0 / 1406.7 ->
+      // 219.8 / 387.3 / 423.0 / 588.2 / 647.0 / 841.8 / 1058.1, runs of 1-2048 rows T = 450 / 700
+      // 294.9 / 450.0 -> 220.1 / 337.1, topk 1024 T = 450 269.1 -> 217.7; fp8 T = 760 / 1024
+      // 687.5 / 913.8 -> 559.4 / 745.1, topk 1024 T = 1024 480.3 -> 411.8.
+      const bool one_token_pays = !hint_allows || one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8);
       if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_pays)
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {

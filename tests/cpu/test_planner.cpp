@@ -287,7 +287,7 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
       EXPECT_TRUE(bf16.kernel == SparseMlaKernel::shared_rows && bf16.union_pass && bf16.ctas == (T + 1) / 2) << T << " " << topk;
     }
   for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
-  EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::split_k);
+  EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::shared_rows);  // one-token groups (run 492)
   // Both take one-token groups up to 1.7 waves (224 tokens).
   for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla}) {
     const SparseMlaPlan p = plan_sparse_mla(224, 32, 1024, kH100, {}, IndexSharing::unknown, kv);
@@ -347,7 +347,8 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 // tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 with
 // lists of >= 1024 (both caches), whatever the hint, one token per CTA in one wave (no union pass),
 // past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsJustPastOneWave...), and past
-// 2 or more whole waves where the tail takes lead-token splits and their waves cost less.
+// 2 or more whole waves where the tail takes lead-token splits and their waves cost less; with
+// the `none` hint (no 2-token groups) one-token groups at every T from 16.
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
@@ -356,11 +357,19 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
     // More one-token waves than 25/16 x the 2-token groups' + 5/16 (T = 264: 2 against 1; 450:
     // 3.5 against 2; 478: 3.67 against 2; 512: 4 against 2, its tail of 0.88 of a wave unsplit;
     // 661: 5.02 against 3; 700: 5.33 against 3; 1057: 8.02 against 4.5, its last 2-token CTA one
-    // token): 2-token groups.
+    // token): 2-token groups. The `none` hint bars them, and the alternative is split-K, whose 2
+    // head blocks read each row twice: one-token groups there, lead tokens where the tail has a
+    // lead plan (T = 450: 396 unsplit and 2 splits; run 492).
     for (int T : {225, 256, 264, 450, 478, 512, 661, 700, 1024, 1057, 4096}) {
-      EXPECT_EQ(plan(T, sharing).kernel, sharing == IndexSharing::none ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << T;
-      if (sharing != IndexSharing::none) EXPECT_TRUE(plan(T, sharing).union_pass) << T;
+      const SparseMlaPlan p = plan(T, sharing);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_EQ(p.union_pass, sharing != IndexSharing::none) << T;
+      if (sharing == IndexSharing::none) EXPECT_EQ(p.ctas, p.lead_tokens + (T - p.lead_tokens) * p.splits) << T;
     }
+    EXPECT_EQ(plan(450, IndexSharing::none).lead_tokens, 396);
+    EXPECT_EQ(plan(450, IndexSharing::none).splits, 2);
+    const SparseMlaPlan fp8_none = plan(4096, IndexSharing::none, 1024, KvCacheFormat::fp8_ds_mla);
+    EXPECT_TRUE(fp8_none.kernel == SparseMlaKernel::shared_rows && fp8_none.lead_tokens == 4092 && fp8_none.ctas == 4092 + 4 * 32);
     // Past one wave up to 1.7 (T = 133-224), one-token groups as at 64 heads, whatever the hint:
     // up to T = 198 132 tokens unsplit and the rest split, as many CTAs as fit the SMs (T = 133:
     // 64 splits of a tile), up to T = 204 3 splits in two rounds, then one split.

@@ -444,31 +444,44 @@ TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
 // no union pass, each CTA compacts its token's list. Up to 1.5 waves one wave of groups runs
 // unsplit and the tokens past it split (SparseMlaPlan::lead_tokens: 2-64 splits, fused rows);
 // past that, at 32 heads, one split. Both caches; -1 in the middle, runs, a row listed twice, all
-// padding, one valid row, lists of 1024 and 1600.
+// padding, one valid row, lists of 1024 and 1600. With the `none` hint 32 heads take them at any
+// T past one wave (no 2-token groups to fall to).
 TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
-  // T, H, topk, pattern, fp8, and the H100's splits and unsplit tokens.
-  for (auto [T, H, topk, pattern, fp8, splits, unsplit] :
-       {std::tuple{133, 64, 2048, IndexPattern::padding_middle, false, 64, 132}, std::tuple{170, 32, 2048, IndexPattern::runs, false, 3, 132},
-        std::tuple{67, 128, 2048, IndexPattern::duplicates, false, 64, 66}, std::tuple{200, 32, 1024, IndexPattern::random, true, 1, 0},
-        std::tuple{140, 32, 2048, IndexPattern::all_padding, true, 16, 132}, std::tuple{190, 32, 2048, IndexPattern::single_valid, false, 2, 132},
-        std::tuple{150, 64, 2048, IndexPattern::runs, true, 7, 132}, std::tuple{85, 128, 1600, IndexPattern::random, false, 3, 66},
-        // 32 heads past 2 whole waves (fp8: 1.7), the tail a wave of its own (one_token_lead_pays, no lead plan)
-        std::tuple{370, 32, 2048, IndexPattern::padding_middle, false, 1, 0}, std::tuple{500, 32, 2048, IndexPattern::runs, true, 1, 0},
-        std::tuple{250, 32, 2048, IndexPattern::duplicates, true, 1, 0}}) {
-    HostProblem hp = make_problem(T, H, topk, 64, 200, pattern, 990 + T);
-    if (fp8) hp.to_fp8(false);
-    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, PlanChoice{}, IndexSharing::unknown,
-                                               fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
-    const std::string what = "T " + std::to_string(T) + " H " + std::to_string(H) + " topk " + std::to_string(topk) + " " +
-                             workload::to_string(pattern) + (fp8 ? " fp8" : " bf16");
+  struct Case {
+    int T, H, topk;
+    IndexPattern pattern;
+    bool fp8;
+    int splits, unsplit;  // the H100's
+    IndexSharing sharing = IndexSharing::unknown;
+  };
+  const Case cases[] = {
+      {133, 64, 2048, IndexPattern::padding_middle, false, 64, 132}, {170, 32, 2048, IndexPattern::runs, false, 3, 132},
+      {67, 128, 2048, IndexPattern::duplicates, false, 64, 66}, {200, 32, 1024, IndexPattern::random, true, 1, 0},
+      {140, 32, 2048, IndexPattern::all_padding, true, 16, 132}, {190, 32, 2048, IndexPattern::single_valid, false, 2, 132},
+      {150, 64, 2048, IndexPattern::runs, true, 7, 132}, {85, 128, 1600, IndexPattern::random, false, 3, 66},
+      // 32 heads past 2 whole waves (fp8: 1.7), the tail a wave of its own (one_token_lead_pays, no lead plan)
+      {370, 32, 2048, IndexPattern::padding_middle, false, 1, 0}, {500, 32, 2048, IndexPattern::runs, true, 1, 0},
+      {250, 32, 2048, IndexPattern::duplicates, true, 1, 0},
+      // 32 heads with the none hint where the count says 2-token groups: lead tokens, or unsplit
+      {450, 32, 2048, IndexPattern::padding_middle, false, 2, 396, IndexSharing::none},
+      {256, 32, 1024, IndexPattern::random, false, 1, 0, IndexSharing::none},
+      {760, 32, 2048, IndexPattern::duplicates, true, 1, 0, IndexSharing::none}};
+  for (const Case& c : cases) {
+    HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 990 + c.T);
+    if (c.fp8) hp.to_fp8(false);
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, PlanChoice{}, c.sharing,
+                                               c.fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
+    const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
+                             workload::to_string(c.pattern) + (c.fp8 ? " fp8" : " bf16") +
+                             (c.sharing == IndexSharing::none ? " none" : "");
     if (dev.sm_count == 132) {  // H100, H200
-      const int groups_per_token = std::max(H / 64, 1);
+      const int groups_per_token = std::max(c.H / 64, 1);
       EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << what;
       EXPECT_FALSE(plan.union_pass) << what;
-      EXPECT_EQ(plan.splits, splits) << what;
-      EXPECT_EQ(plan.lead_tokens, unsplit) << what;
-      EXPECT_EQ(plan.ctas, (unsplit + (T - unsplit) * splits) * groups_per_token) << what;
+      EXPECT_EQ(plan.splits, c.splits) << what;
+      EXPECT_EQ(plan.lead_tokens, c.unsplit) << what;
+      EXPECT_EQ(plan.ctas, (c.unsplit + (c.T - c.unsplit) * c.splits) * groups_per_token) << what;
     }
     const Agreement a = run_and_compare(hp, &plan, /*out_pad=*/16, /*lse_pad=*/3);
     EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
