@@ -52,17 +52,18 @@ inline constexpr int kFp8ScaleDims = 128;       // ckv dims per fp32 scale
 inline constexpr int kFp8ScalesOffset = 512;    // bytes: the 4 fp32 scales
 inline constexpr int kFp8KpeOffset = 528;       // bytes: the 64 bf16 kpe values
 
-// What the caller knows of its index lists; the planner sees no indices, and at 16 and 32 heads
-// the best kernel depends on how much consecutive tokens' lists overlap (docs/perf.md, runs 105
-// and 117-118). At 64 and 128 heads it does not matter: see SparseMlaKernel::shared_rows.
+// What the caller knows of its index lists; the planner sees no indices, and at 16 heads, and 32
+// with lists of fewer than 1024 positions, the best kernel depends on how much consecutive
+// tokens' lists overlap (docs/perf.md, runs 105 and 117-118). At 32 heads with lists of 1024 or
+// more, and at 64 and 128 heads, it does not matter: see SparseMlaKernel::shared_rows.
 enum class IndexSharing {
   unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes;
-                // an fp8_ds_mla cache: never), for 32 heads from T >= 256 (a bf16 cache with
-                // topk >= 1024: where split-K needs a second wave), with topk >= 512
+                // an fp8_ds_mla cache: never), for 32 heads with topk 512-1023 from T >= 256
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
                 // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 as
                 // unknown, whatever the topk
-  none,         // tokens of different sequences (a decode batch): split_k at 16 and 32 heads
+  none,         // tokens of different sequences (a decode batch): split_k at 16 heads, and at
+                // 32 with topk < 1024
 };
 
 // All strides are in elements; 0 means "packed" (the default layout given in each comment).
@@ -130,10 +131,10 @@ enum class SparseMlaKernel {
                 //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512;
                 //    from T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for
                 //    consecutive) when its CTAs fill >= 90 % of whole waves;
-                //  - 32 heads, 2 tokens per CTA: as at 16 heads for the hint; a bf16 cache with
-                //    topk >= 1024 once split-K needs a second wave (T > the SM count), else from
-                //    T >= 256 in whole waves; one token per CTA, whatever the hint, with topk >=
-                //    1024 from T >= 16 up to 1.7 waves (T <= 1.7 x the SM count);
+                //  - 32 heads with topk >= 1024, whatever the hint, from T >= 16: one token per
+                //    CTA up to 1.7 waves (T <= 1.7 x the SM count); past them a bf16 cache 2
+                //    tokens per CTA or one (below), an fp8_ds_mla cache one; with topk 512-1023
+                //    2 tokens per CTA as at 16 heads for the hint, from T >= 256 in whole waves;
                 //  - 64 and 128 heads, whatever the hint: from 2^17 (head block, index position)
                 //    pairs (head blocks: T x H / 16), from 2^13 and 12 head blocks for a bf16 cache
                 //    with topk >= 256, from 3 x 2^14 for fp8_ds_mla with topk >= 1024, or more

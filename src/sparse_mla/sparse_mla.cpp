@@ -404,17 +404,17 @@ static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slot
   return lead_plan(lead_tokens, 1, later, slots, tiles, 2, 3);
 }
 
-// 32 heads past 2 or more whole waves (params.h kOneTokenWaves*): whether one-token groups with
-// lead tokens (the whole waves unsplit, the tail in `tail_splits` splits over as many rounds as
+// 32 heads past 2 or more whole waves with a bf16 cache (params.h kOneTokenWavesBf16; fp8 takes
+// one-token groups always): whether one-token groups with lead tokens (the whole waves unsplit, the tail in `tail_splits` splits over as many rounds as
 // their CTAs fill) cost less than 2-token groups, in waves of each: whole + rounds / tail_splits
 // against ceil(T / 2 / SMs) x the cost ratio + the union pass's setup. A last 2-token wave of one
 // CTA that holds one token (odd T) counts half: it reads one list.
-static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, bool fp8) {
+static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count) {
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
   const int64_t two_token_ctas = ceil_div(num_tokens, 2);
   const int64_t two_token_half_waves = 2 * ceil_div(two_token_ctas, sm_count) - (num_tokens % 2 == 1 && two_token_ctas % sm_count == 1 ? 1 : 0);
-  const detail::WaveCost c = fp8 ? detail::kOneTokenWavesFp8 : detail::kOneTokenWavesBf16;
+  const detail::WaveCost c = detail::kOneTokenWavesBf16;
   return 2 * c.den * (whole * tail_splits + rounds) < (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
 }
 
@@ -590,8 +590,16 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     pick.splits = pick.lead.splits > 0 ? pick.lead.splits : c.one_token_splits(shared_rows_ctas);
   }
   // At 16 and 32 heads: never for none, and without consecutive only for lists of
-  // kSharedRowsMinList positions or more.
-  const bool hint_allows = sharing == IndexSharing::consecutive || (sharing == IndexSharing::unknown && topk >= detail::kSharedRowsMinList);
+  // kSharedRowsMinList positions or more; at 32 heads with lists of kSharedRowsLongList or more
+  // whatever the hint, as at 64 and 128 heads: the count below was measured on random lists,
+  // which share no rows, and 2-token groups read each row once as one-token groups do (run 495,
+  // hint none, one-token -> 2-token groups: random T = 500 / 784 / 1024 / 4096 423.7 / 648.8 /
+  // 842.7 / 3289.4 -> 376.7 / 551.3 / 721.5 / 2874.1, padding in the middle T = 1024 526.9 ->
+  // 480.4; mixed lengths lose the one-token groups' lead: runs of 1-2048 rows T = 450 / 1024 /
+  // 4096 221.6 / 474.7 / 1724.8 -> 238.7 / 484.5 / 1784.3).
+  const bool long_lists_32_heads = tokens_per_group == 2 && topk >= detail::kSharedRowsLongList;
+  const bool hint_allows = sharing == IndexSharing::consecutive || (sharing == IndexSharing::unknown && topk >= detail::kSharedRowsMinList) ||
+                           long_lists_32_heads;
   if (tokens_per_group == 2) {
     pick.pays = hint_allows && (!fp8 && topk >= detail::kSharedRowsLongList
                                     ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
@@ -623,28 +631,22 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       const TwoRounds rule = past_two_waves && c.two_rounds == TwoRounds::short_tail ? TwoRounds::always : c.two_rounds;
       const LeadPlan one_token_lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max(), rule);
       // Without a lead plan (a tail past 2/3 of a wave, or none) the same count with the tail a
-      // wave of its own, unsplit: bf16 3 one-token waves against 2 of 2-token groups (T =
-      // 353-396), fp8 (15/8) from 4 against 2 to 9 against 5. Run 486, 2-token groups or
-      // split-K -> one-token groups: random T = 360 / 380 / 396 373.6 / 373.9 / 376.2 -> 312.7 /
+      // wave of its own, unsplit: 3 one-token waves against 2 of 2-token groups (T = 353-396).
+      // Run 486, 2-token groups or split-K (fp8, then by the count at 15/8) -> one-token groups: random T = 360 / 380 / 396 373.6 / 373.9 / 376.2 -> 312.7 /
       // 324.4 / 337.7, topk 1024 T = 360 217.8 -> 174.5, runs of 1-2048 rows T = 370 221.8 ->
       // 203.2; fp8 T = 360 / 500 / 660 / 900 / 1170 356.3 / 400.9 / 591.5 / 823.8 / 1049.1 ->
       // 286.9 / 379.7 / 474.9 / 654.8 / 834.8, topk 1024 T = 360 / 660 / 1400 188.9 / 312.7 /
       // 673.1 -> 158.7 / 262.0 / 562.5. Mixed lengths lose the union pass's order: fp8 runs
       // T = 500 236.9 -> 251.8.
-      // The same count from 1.7 waves (where one_token_past_wave ends): 2 unsplit one-token waves
-      // against one of 2-token groups pay with fp8 only (T = 225-264; split-K below T = 256).
-      // Run 490: fp8 T = 225 / 250 / 256 / 264 240.9 / 240.7 / 219.6 / 219.8 -> 194.9 / 195.7 /
-      // 195.3 / 196.0, topk 1024 T = 240 129.3 -> 108.8, runs of 1-2048 rows T = 240 / 256
-      // 182.8 / 213.3 -> 161.7 / 167.6, hint none T = 250 238.0 -> 194.9.
+      // fp8 takes one-token groups at every T: where the count said 2-token groups (the bands
+      // just below whole waves of them, T = 749-792, 1013-1056, ...) they lost too. Run 495,
+      // 2-token -> one-token groups: random T = 760 / 1024 / 2048 588.2 / 777.9 / 1523.0 ->
+      // 561.6 / 746.9 / 1475.2, topk 1024 T = 1024 438.4 -> 416.2. Earlier, split-K or 2-token
+      // groups -> one-token groups, run 490: T = 225 / 250 / 256 / 264 240.9 / 240.7 / 219.6 /
+      // 219.8 -> 194.9 / 195.7 / 195.3 / 196.0; runs of 1-2048 rows T = 240 / 256 182.8 / 213.3
+      // -> 161.7 / 167.6. Mixed lengths lose the union pass's order: runs T = 500 236.9 -> 251.8.
       const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
-      // Where the hint bars 2-token groups (`none`), the count's reference is not on offer and
-      // the alternative is split-K, whose 2 head blocks read each row twice: one-token groups
-      // from one wave on. Run 492, split-K -> one-token groups, hint none: random T = 250 / 450 /
-      // 500 / 700 / 784 / 1024 / 1300 292.2 / 510.7 / 569.5 / 768.9 / 855.6 / 1124.0 / 1406.7 ->
-      // 219.8 / 387.3 / 423.0 / 588.2 / 647.0 / 841.8 / 1058.1, runs of 1-2048 rows T = 450 / 700
-      // 294.9 / 450.0 -> 220.1 / 337.1, topk 1024 T = 450 269.1 -> 217.7; fp8 T = 760 / 1024
-      // 687.5 / 913.8 -> 559.4 / 745.1, topk 1024 T = 1024 480.3 -> 411.8.
-      const bool one_token_pays = !hint_allows || one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, fp8);
+      const bool one_token_pays = fp8 || one_token_lead_pays(num_tokens, tail_splits, dev.sm_count);
       if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_pays)
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {

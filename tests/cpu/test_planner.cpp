@@ -275,19 +275,19 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);
   // 32 heads from 1.7 waves (one-token groups unsplit end at 224 tokens) and past 2 whole waves:
-  // fp8 takes one-token groups where bf16 keeps 2-token groups (one_token_lead_pays). T = 230 /
-  // 250 / 264: 2 unsplit one-token waves, 2 < 15/8 x 1 2-token wave + 3/8 (bf16: 2 >= 25/16 +
-  // 5/16; fp8 took split-K below T = 256 before, run 490). T = 628 (a tail of 0.76 of a wave past
-  // 4, no lead tokens): 5 waves, 5 < 15/8 x 3 + 3/8 (bf16: 25/16 x 3 + 5/16 = 5).
+  // fp8 takes one-token groups at every T, where bf16 keeps 2-token groups by the count
+  // (one_token_lead_pays). T = 230 / 250 / 264: 2 unsplit one-token waves (bf16: 2 >= 25/16 +
+  // 5/16; fp8 took split-K below T = 256 before, run 490). T = 628 / 760 / 1024 (tails of 0.76 of
+  // a wave, no lead tokens): 5 / 6 / 8 waves (bf16: 25/16 x 3 / 3 / 4 + 5/16 = 5 / 5 / 6.56; fp8
+  // took 2-token groups at 760 and 1024 before, run 495).
   for (int topk : {1024, 2048})
-    for (int T : {230, 250, 264, 628}) {
+    for (int T : {230, 250, 264, 628, 760, 1024}) {
       const SparseMlaPlan fp8 = plan_sparse_mla(T, 32, topk, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
       EXPECT_TRUE(fp8.kernel == SparseMlaKernel::shared_rows && !fp8.union_pass && fp8.splits == 1 && fp8.ctas == T) << T << " " << topk;
       const SparseMlaPlan bf16 = plan_sparse_mla(T, 32, topk, kH100);
       EXPECT_TRUE(bf16.kernel == SparseMlaKernel::shared_rows && bf16.union_pass && bf16.ctas == (T + 1) / 2) << T << " " << topk;
     }
   for (int T : {256, 512, 1024}) EXPECT_EQ(fp8_kernel(T, 32), SparseMlaKernel::shared_rows) << T;
-  EXPECT_EQ(fp8_kernel(1024, 32, IndexSharing::none), SparseMlaKernel::shared_rows);  // one-token groups (run 492)
   // Both take one-token groups up to 1.7 waves (224 tokens).
   for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla}) {
     const SparseMlaPlan p = plan_sparse_mla(224, 32, 1024, kH100, {}, IndexSharing::unknown, kv);
@@ -309,7 +309,7 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   EXPECT_EQ(fp8_short(33), SparseMlaKernel::shared_rows);
   EXPECT_EQ(plan_sparse_mla(12, 64, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows);
   EXPECT_EQ(plan_sparse_mla(11, 64, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
-  for (auto [T, H] : {std::pair{512, 16}, std::pair{1024, 32}, std::pair{64, 64}, std::pair{12, 64}, std::pair{8, 128}, std::pair{6, 64}, std::pair{100, 32}})
+  for (auto [T, H] : {std::pair{512, 16}, std::pair{64, 64}, std::pair{12, 64}, std::pair{8, 128}, std::pair{6, 64}, std::pair{100, 32}})
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
       const SparseMlaPlan bf16 = plan(T, H, sharing, KvCacheFormat::bf16), fp8 = plan(T, H, sharing, KvCacheFormat::fp8_ds_mla);
       EXPECT_EQ(fp8.kernel, bf16.kernel) << T << " " << H;
@@ -347,8 +347,8 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
 // tokens share no rows (an fp8 cache: Fp8CacheHasItsOwnThresholds). Below that, from T = 16 with
 // lists of >= 1024 (both caches), whatever the hint, one token per CTA in one wave (no union pass),
 // past it up to 1.7 waves (T <= 224) as at 64 heads (OneTokenGroupsJustPastOneWave...), and past
-// 2 or more whole waves where the tail takes lead-token splits and their waves cost less; with
-// the `none` hint (no 2-token groups) one-token groups at every T from 16.
+// 2 or more whole waves where the tail takes lead-token splits and their waves cost less. The
+// hint does not matter with these lists (IndexSharingDoesNotMatterAt32HeadsWithLongLists).
 TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 32, topk, kH100, {}, sharing, kv);
@@ -357,19 +357,12 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
     // More one-token waves than 25/16 x the 2-token groups' + 5/16 (T = 264: 2 against 1; 450:
     // 3.5 against 2; 478: 3.67 against 2; 512: 4 against 2, its tail of 0.88 of a wave unsplit;
     // 661: 5.02 against 3; 700: 5.33 against 3; 1057: 8.02 against 4.5, its last 2-token CTA one
-    // token): 2-token groups. The `none` hint bars them, and the alternative is split-K, whose 2
-    // head blocks read each row twice: one-token groups there, lead tokens where the tail has a
-    // lead plan (T = 450: 396 unsplit and 2 splits; run 492).
+    // token): 2-token groups, whatever the hint (run 495: the `none` hint's one-token groups or
+    // split-K lost to them).
     for (int T : {225, 256, 264, 450, 478, 512, 661, 700, 1024, 1057, 4096}) {
-      const SparseMlaPlan p = plan(T, sharing);
-      EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
-      EXPECT_EQ(p.union_pass, sharing != IndexSharing::none) << T;
-      if (sharing == IndexSharing::none) EXPECT_EQ(p.ctas, p.lead_tokens + (T - p.lead_tokens) * p.splits) << T;
+      EXPECT_EQ(plan(T, sharing).kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_TRUE(plan(T, sharing).union_pass) << T;
     }
-    EXPECT_EQ(plan(450, IndexSharing::none).lead_tokens, 396);
-    EXPECT_EQ(plan(450, IndexSharing::none).splits, 2);
-    const SparseMlaPlan fp8_none = plan(4096, IndexSharing::none, 1024, KvCacheFormat::fp8_ds_mla);
-    EXPECT_TRUE(fp8_none.kernel == SparseMlaKernel::shared_rows && fp8_none.lead_tokens == 4092 && fp8_none.ctas == 4092 + 4 * 32);
     // Past one wave up to 1.7 (T = 133-224), one-token groups as at 64 heads, whatever the hint:
     // up to T = 198 132 tokens unsplit and the rest split, as many CTAs as fit the SMs (T = 133:
     // 64 splits of a tile), up to T = 204 3 splits in two rounds, then one split.
@@ -446,6 +439,31 @@ TEST(Planner, SharedRowsFor32HeadsOnceSplitKNeedsASecondWave) {
   const SparseMlaPlan f = plan_sparse_mla(64, 32, 2048, kH100, forced);
   EXPECT_TRUE(f.union_pass);
   EXPECT_EQ(f.ctas, 32);
+}
+
+// At 32 heads with lists of >= 1024 positions the hint does not matter, as at 64 and 128 heads:
+// the planner's count of waves was measured on random lists, which share no rows, and the `none`
+// hint's split-K (run 492) and one-token groups (run 495) lost to its plans. Every field of every
+// plan up to 32 waves, both caches, on the H100 and on a device of 8 SMs.
+TEST(Planner, IndexSharingDoesNotMatterAt32HeadsWithLongLists) {
+  DeviceInfo small = kH100;
+  small.sm_count = 8;
+  for (const DeviceInfo& dev : {kH100, small})
+    for (int topk : {1024, 1500, 2048})
+      for (KvCacheFormat kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+        for (int T = 1; T <= 32 * dev.sm_count; ++T) {
+          const SparseMlaPlan a = plan_sparse_mla(T, 32, topk, dev, {}, IndexSharing::unknown, kv);
+          for (IndexSharing sharing : {IndexSharing::consecutive, IndexSharing::none}) {
+            const SparseMlaPlan b = plan_sparse_mla(T, 32, topk, dev, {}, sharing, kv);
+            ASSERT_TRUE(a.kernel == b.kernel && a.splits == b.splits && a.lead_tokens == b.lead_tokens && a.lead_splits == b.lead_splits &&
+                        a.ctas == b.ctas && a.union_pass == b.union_pass && a.row_order == b.row_order && a.fused_rows == b.fused_rows &&
+                        a.chunk == b.chunk && a.workspace_bytes == b.workspace_bytes && a.launches == b.launches)
+                << "T " << T << " topk " << topk << " SMs " << dev.sm_count << (kv == KvCacheFormat::bf16 ? " bf16" : " fp8");
+          }
+        }
+  // Shorter lists keep the hint's meaning: split-K for none.
+  EXPECT_EQ(plan_sparse_mla(1024, 32, 1023, kH100, {}, IndexSharing::none).kernel, SparseMlaKernel::split_k);
+  EXPECT_EQ(plan_sparse_mla(1024, 32, 1023, kH100).kernel, SparseMlaKernel::shared_rows);
 }
 
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32

@@ -444,8 +444,7 @@ TEST_F(Gpu, ThirtyTwoHeadsInOneTokenGroupsAgree) {
 // no union pass, each CTA compacts its token's list. Up to 1.5 waves one wave of groups runs
 // unsplit and the tokens past it split (SparseMlaPlan::lead_tokens: 2-64 splits, fused rows);
 // past that, at 32 heads, one split. Both caches; -1 in the middle, runs, a row listed twice, all
-// padding, one valid row, lists of 1024 and 1600. With the `none` hint 32 heads take them at any
-// T past one wave (no 2-token groups to fall to).
+// padding, one valid row, lists of 1024 and 1600; the `none` hint.
 TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   struct Case {
@@ -463,10 +462,10 @@ TEST_F(Gpu, OneTokenGroupsPastOneWaveAgree) {
       // 32 heads past 2 whole waves (fp8: 1.7), the tail a wave of its own (one_token_lead_pays, no lead plan)
       {370, 32, 2048, IndexPattern::padding_middle, false, 1, 0}, {500, 32, 2048, IndexPattern::runs, true, 1, 0},
       {250, 32, 2048, IndexPattern::duplicates, true, 1, 0},
-      // 32 heads with the none hint where the count says 2-token groups: lead tokens, or unsplit
-      {450, 32, 2048, IndexPattern::padding_middle, false, 2, 396, IndexSharing::none},
-      {256, 32, 1024, IndexPattern::random, false, 1, 0, IndexSharing::none},
-      {760, 32, 2048, IndexPattern::duplicates, true, 1, 0, IndexSharing::none}};
+      // fp8 where the count said 2-token groups (its bands below whole waves of them), and the
+      // none hint, which plans as unknown at 32 heads with these lists
+      {1024, 32, 1024, IndexPattern::padding_middle, true, 1, 0}, {760, 32, 2048, IndexPattern::duplicates, true, 1, 0, IndexSharing::none},
+      {360, 32, 2048, IndexPattern::random, false, 1, 0, IndexSharing::none}};
   for (const Case& c : cases) {
     HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 990 + c.T);
     if (c.fp8) hp.to_fp8(false);
