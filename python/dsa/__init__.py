@@ -19,7 +19,8 @@ list length: only sparse_indices[t, :topk_length[t]] is used (clamped to [0, top
 entries past it hold. Pass the same tensor to sparse_mla_schedule and the forward.
 index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
 prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch,
-"unknown" (the default) when the call may be either. It matters at 16 and 32 heads only.
+"unknown" (the default) when the call may be either. It matters at 16 heads, and at 32 with
+topk < 1024, only.
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths

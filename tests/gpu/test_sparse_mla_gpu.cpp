@@ -345,15 +345,15 @@ TEST_F(Gpu, SharedRowsSortsOnlyTheValidKeys) {
 }
 
 // T = 512 prefill, every hint: at 16 heads consecutive takes shared rows (128 groups of 4 tokens,
-// a wave of 132 SMs) and the others split-K; at 32 heads all but none take it (256 CTAs of 2
-// tokens); at 64 heads every hint does (a CTA per token). Every plan agrees with the reference.
+// a wave of 132 SMs) and the others split-K; at 32 heads (topk >= 1024) and 64 every hint takes
+// it (256 CTAs of 2 tokens; a CTA per token). Every plan agrees with the reference.
 TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (int H : {16, 32, 64}) {
     const HostProblem hp = make_problem(512, H, 2048, 64, 128, IndexPattern::shared_prefix, 512 + H, /*prefix_len=*/8192);
     for (IndexSharing sharing : {IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none}) {
       const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, sharing);
-      const bool shared_rows = H == 64 || (H == 32 && sharing != IndexSharing::none) || sharing == IndexSharing::consecutive;
+      const bool shared_rows = H >= 32 || sharing == IndexSharing::consecutive;
       if (dev.sm_count == 132)  // H100, H200
         EXPECT_EQ(plan.kernel, shared_rows ? SparseMlaKernel::shared_rows : SparseMlaKernel::split_k) << H << " " << static_cast<int>(sharing);
       const Agreement a = run_and_compare(hp, &plan);
