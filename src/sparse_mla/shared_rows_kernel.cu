@@ -248,6 +248,11 @@
 //               1.7 waves). Runs 485-490 (us): T = 345 / 360 / 396 372.5 / 373.6 / 376.2 ->
 //               312.1 / 312.7 / 337.7, fp8 T = 250 / 660 / 1170 240.7 / 591.5 / 1049.1 -> 195.7
 //               / 474.9 / 834.8 (split-K before).
+//   v30 9642225, 195ad1d (plans only) 32 heads with lists of >= 1024 ignore the hint (`none`
+//               plans as `unknown`: its split-K read each row twice) and fp8 takes one-token
+//               groups at every T. Run 496 (us): none T = 784 / 1024 / 4096 861.3 / 1129.8 /
+//               4426.4 -> 553.3 / 724.6 / 2892.7; fp8 T = 1024 / 3600 773.8 / 2654.0 -> 747.8 /
+//               2565.7.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
