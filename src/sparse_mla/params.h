@@ -276,25 +276,25 @@ inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // heads T = 300 184.4 -> 181.0).
 inline constexpr int64_t kSharedRowsLeadMaxWaves = 6;
 // 32 heads (lists of >= kSharedRowsLongList) past 2 or more whole waves of one-token groups take
-// lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of
-// them), where the planner's wave count says so (one_token_lead_pays): one-token waves (whole +
-// rounds / splits of the tail) < (ratio x 2-token waves + setup) / den. Bf16 tails of up to 2/3
-// of a wave take 3 splits in two rounds there (kLeadTwoRounds*'s 11/20 is for one-token waves
-// as the alternative); a tail with no lead plan (past 2/3, or none) is a wave of its own,
-// unsplit (run 486: bf16 T = 360 / 396 373.6 / 376.2 -> 312.7 / 337.7, fp8 T = 660 / 1170
-// 591.5 / 1049.1 -> 474.9 / 834.8, split-K before). With fp8 the count holds from 1.7 waves:
-// T = 225-264 take 2 unsplit one-token waves (run 490: T = 250 / 256 240.7 / 219.6 -> 195.7 /
-// 195.3, split-K / 2-token groups before); from stop 50 fp8 takes one-token groups at every T,
-// whatever the count (run 495: its 2-token bands just below whole waves of them lost 3-5 %: T =
-// 760 / 1024 / 2048 588.2 / 777.9 / 1523.0 against 561.6 / 746.9 / 1475.2). A wave of one-token
-// groups costs ~110 µs, of 2-token groups ~172 + ~32 for the union pass and the first wave's
-// setup (bf16, runs 477-478: one-token T = 529 / 661 446.6 / 552.0 for 4 / 5 waves, 2-token
-// T = 512 / 792 / 1056 372.2 / 548.0 / 719.9 for 2 / 3 / 4); fp8 ~97 against ~182 + 33 (runs
-// 396, 478), a count of 15/8 that the tails' partial waves upset. Measured at its edges (bf16,
-// µs, 2-token against one-token): T = 400 369.3 / 345.9 (taken), 450 375.9 / 387.2, 600 542.7 /
-// 515.9 (taken), 661 543.1 / 552.0, 800 716.2 / 665.4 (taken), 925 714.6 / 762.5. A last 2-token wave of a single CTA holding one token (odd T)
-// costs half a wave (T = 1056 / 1057 719.9 / 810.3 against one-token 868.8 at 1057; T = 264 /
-// 265 204.5 / 289.5), of 2-token CTAs a whole one (T = 792 / 800 548.0 / 716.2). Runs 478-479.
+// lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of them),
+// where the planner's wave count says so (one_token_lead_pays): one-token waves (whole + rounds /
+// splits of the tail) < (ratio x 2-token waves + setup) / den. Bf16 tails of up to 2/3 of a wave
+// take 3 splits in two rounds there (kLeadTwoRounds*'s 11/20 is for one-token waves as the
+// alternative); a tail with no lead plan (past 2/3, or none) is a wave of its own, unsplit (run
+// 486: bf16 T = 360 / 396 373.6 / 376.2 -> 312.7 / 337.7, fp8 T = 660 / 1170 591.5 / 1049.1 ->
+// 474.9 / 834.8, split-K before). With fp8 the count holds from 1.7 waves: T = 225-264 take 2
+// unsplit one-token waves (run 490: T = 250 / 256 240.7 / 219.6 -> 195.7 / 195.3, split-K / 2-token
+// groups before); from stop 50 fp8 takes one-token groups at every T, whatever the count (run 495:
+// its 2-token bands just below whole waves of them lost 3-5 %: T = 760 / 1024 / 2048 588.2 / 777.9
+// / 1523.0 against 561.6 / 746.9 / 1475.2). A wave of one-token groups costs ~110 µs, of 2-token
+// groups ~172 + ~32 for the union pass and the first wave's setup (bf16, runs 477-478: one-token T
+// = 529 / 661 446.6 / 552.0 for 4 / 5 waves, 2-token T = 512 / 792 / 1056 372.2 / 548.0 / 719.9 for
+// 2 / 3 / 4); fp8 ~97 against ~182 + 33 (runs 396, 478), a count of 15/8 that the tails' partial
+// waves upset. Measured at its edges (bf16, µs, 2-token against one-token): T = 400 369.3 / 345.9
+// (taken), 450 375.9 / 387.2, 600 542.7 / 515.9 (taken), 661 543.1 / 552.0, 800 716.2 / 665.4
+// (taken), 925 714.6 / 762.5. A last 2-token wave of a single CTA holding one token (odd T) costs
+// half a wave (T = 1056 / 1057 719.9 / 810.3 against one-token 868.8 at 1057; T = 264 / 265 204.5 /
+// 289.5), of 2-token CTAs a whole one (T = 792 / 800 548.0 / 716.2). Runs 478-479.
 struct WaveCost {
   int64_t den, ratio, setup;
 };

@@ -405,10 +405,11 @@ static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slot
 }
 
 // 32 heads past 2 or more whole waves with a bf16 cache (params.h kOneTokenWavesBf16; fp8 takes
-// one-token groups always): whether one-token groups with lead tokens (the whole waves unsplit, the tail in `tail_splits` splits over as many rounds as
-// their CTAs fill) cost less than 2-token groups, in waves of each: whole + rounds / tail_splits
-// against ceil(T / 2 / SMs) x the cost ratio + the union pass's setup. A last 2-token wave of one
-// CTA that holds one token (odd T) counts half: it reads one list.
+// one-token groups always): whether one-token groups with lead tokens (the whole waves unsplit, the
+// tail in `tail_splits` splits over as many rounds as their CTAs fill) cost less than 2-token
+// groups, in waves of each: whole + rounds / tail_splits against ceil(T / 2 / SMs) x the cost ratio
+// + the union pass's setup. A last 2-token wave of one CTA that holds one token (odd T) counts
+// half: it reads one list.
 static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count) {
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
@@ -631,13 +632,13 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       const TwoRounds rule = past_two_waves && c.two_rounds == TwoRounds::short_tail ? TwoRounds::always : c.two_rounds;
       const LeadPlan one_token_lead = c.shared_rows_lead(num_tokens, 1, std::numeric_limits<int64_t>::max(), rule);
       // Without a lead plan (a tail past 2/3 of a wave, or none) the same count with the tail a
-      // wave of its own, unsplit: 3 one-token waves against 2 of 2-token groups (T = 353-396).
-      // Run 486, 2-token groups or split-K (fp8, then by the count at 15/8) -> one-token groups: random T = 360 / 380 / 396 373.6 / 373.9 / 376.2 -> 312.7 /
-      // 324.4 / 337.7, topk 1024 T = 360 217.8 -> 174.5, runs of 1-2048 rows T = 370 221.8 ->
-      // 203.2; fp8 T = 360 / 500 / 660 / 900 / 1170 356.3 / 400.9 / 591.5 / 823.8 / 1049.1 ->
-      // 286.9 / 379.7 / 474.9 / 654.8 / 834.8, topk 1024 T = 360 / 660 / 1400 188.9 / 312.7 /
-      // 673.1 -> 158.7 / 262.0 / 562.5. Mixed lengths lose the union pass's order: fp8 runs
-      // T = 500 236.9 -> 251.8.
+      // wave of its own, unsplit: 3 one-token waves against 2 of 2-token groups (T = 353-396). Run
+      // 486, 2-token groups or split-K (fp8, then by the count at 15/8) -> one-token groups: random
+      // T = 360 / 380 / 396 373.6 / 373.9 / 376.2 -> 312.7 / 324.4 / 337.7, topk 1024 T = 360 217.8
+      // -> 174.5, runs of 1-2048 rows T = 370 221.8 -> 203.2; fp8 T = 360 / 500 / 660 / 900 / 1170
+      // 356.3 / 400.9 / 591.5 / 823.8 / 1049.1 -> 286.9 / 379.7 / 474.9 / 654.8 / 834.8, topk 1024
+      // T = 360 / 660 / 1400 188.9 / 312.7 / 673.1 -> 158.7 / 262.0 / 562.5. Mixed lengths lose the
+      // union pass's order: fp8 runs T = 500 236.9 -> 251.8.
       // fp8 takes one-token groups at every T: where the count said 2-token groups (the bands
       // just below whole waves of them, T = 749-792, 1013-1056, ...) they lost too. Run 495,
       // 2-token -> one-token groups: random T = 760 / 1024 / 2048 588.2 / 777.9 / 1523.0 ->
