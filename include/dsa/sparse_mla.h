@@ -112,6 +112,10 @@ struct DeviceInfo {
   int sm_count = 0;
   int max_smem_per_block = 0;  // opt-in limit, bytes
   int cc_major = 0, cc_minor = 0;
+  // Peak DRAM bandwidth, GB/s (2 x the memory clock x the bus width): where a plan bound by
+  // memory races one bound by instructions (32 heads' one- and 2-token groups) the planner weighs
+  // them by it. 0: unknown, planned as an H100 SXM's (~3350).
+  int memory_bandwidth_gbs = 0;
   // The device's answers, queried once per process and device (later calls cost no driver call);
   // throws dsa::Error without a usable device.
   static DeviceInfo from_device(int device);
@@ -133,7 +137,8 @@ enum class SparseMlaKernel {
                 //    consecutive) when its CTAs fill >= 90 % of whole waves;
                 //  - 32 heads with topk >= 1024, whatever the hint, from T >= 16: one token per
                 //    CTA up to 1.7 waves (T <= 1.7 x the SM count); past them a bf16 cache 2
-                //    tokens per CTA or one (below), an fp8_ds_mla cache one; with topk 512-1023
+                //    tokens per CTA or one (below; by a count of waves that the device's memory
+                //    bandwidth weighs: one on an H200), an fp8_ds_mla cache one; with topk 512-1023
                 //    2 tokens per CTA as at 16 heads for the hint, from T >= 256 in whole waves;
                 //  - 64 and 128 heads, whatever the hint: from 2^17 (head block, index position)
                 //    pairs (head blocks: T x H / 16), from 2^13 and 12 head blocks for a bf16 cache

@@ -299,6 +299,12 @@ struct WaveCost {
   int64_t den, ratio, setup;
 };
 inline constexpr WaveCost kOneTokenWavesBf16{16, 25, 5};  // 1.56 x 2-token waves + 0.31
+// ... on the H100 (DeviceInfo::memory_bandwidth_gbs 3352: HBM3 at 2619 MHz x 5120 bits). The
+// 2-token costs scale with the device's bandwidth in eighths of it: on the H200 (~4.9 TB/s, 12
+// eighths) 2.34 x + 0.47, so one-token groups at every T there (run 500, µs, 2-token against
+// one-token: T = 256 / 784 / 1024 / 4096 199.8 / 546.8 / 719.6 / 2853.3 against 180.4 / 521.2 /
+// 690.5 / 2690.6; runs of 1-2048 rows T = 1024 430.4 against 420.6).
+inline constexpr int64_t kOneTokenWavesBandwidthGbs = 3352;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.

@@ -175,6 +175,11 @@ static DeviceInfo query_device(int device) {
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_major, cudaDevAttrComputeCapabilityMajor, device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&d.cc_minor, cudaDevAttrComputeCapabilityMinor, device));
+  int memory_clock_khz = 0, bus_bits = 0;  // 0 where the device does not say: planned as an H100
+  if (cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess)
+    cudaGetLastError(), memory_clock_khz = bus_bits = 0;
+  d.memory_bandwidth_gbs = static_cast<int>(int64_t{2} * memory_clock_khz * bus_bits / 8 / 1000000);
   return d;
 }
 
@@ -410,13 +415,19 @@ static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slot
 // groups, in waves of each: whole + rounds / tail_splits against ceil(T / 2 / SMs) x the cost ratio
 // + the union pass's setup. A last 2-token wave of one CTA that holds one token (odd T) counts
 // half: it reads one list.
-static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count) {
+// One-token waves are bound by memory, 2-token waves by their instructions (H200: T = 1024 690.5
+// / 719.6 µs against the H100's 842.5 / 724.6, run 500), so the 2-token costs, counted in
+// one-token waves, scale with the device's bandwidth (in eighths of the H100's).
+static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, const DeviceInfo& dev) {
+  const int64_t sm_count = dev.sm_count;
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
   const int64_t two_token_ctas = ceil_div(num_tokens, 2);
   const int64_t two_token_half_waves = 2 * ceil_div(two_token_ctas, sm_count) - (num_tokens % 2 == 1 && two_token_ctas % sm_count == 1 ? 1 : 0);
   const detail::WaveCost c = detail::kOneTokenWavesBf16;
-  return 2 * c.den * (whole * tail_splits + rounds) < (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
+  const int64_t bandwidth = dev.memory_bandwidth_gbs > 0 ? dev.memory_bandwidth_gbs : detail::kOneTokenWavesBandwidthGbs;
+  const int64_t eighths = std::max<int64_t>(1, (8 * bandwidth + detail::kOneTokenWavesBandwidthGbs / 2) / detail::kOneTokenWavesBandwidthGbs);
+  return 8 * 2 * c.den * (whole * tail_splits + rounds) < eighths * (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
 }
 
 // The facts of one plan_sparse_mla call that its steps share: the shape, the device and the
@@ -647,7 +658,7 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // 219.8 -> 194.9 / 195.7 / 195.3 / 196.0; runs of 1-2048 rows T = 240 / 256 182.8 / 213.3
       // -> 161.7 / 167.6. Mixed lengths lose the union pass's order: runs T = 500 236.9 -> 251.8.
       const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
-      const bool one_token_pays = fp8 || one_token_lead_pays(num_tokens, tail_splits, dev.sm_count);
+      const bool one_token_pays = fp8 || one_token_lead_pays(num_tokens, tail_splits, dev);
       if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_pays)
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {

@@ -466,6 +466,38 @@ TEST(Planner, IndexSharingDoesNotMatterAt32HeadsWithLongLists) {
   EXPECT_EQ(plan_sparse_mla(1024, 32, 1023, kH100).kernel, SparseMlaKernel::shared_rows);
 }
 
+// 32 heads past 1.7 waves, bf16: one-token waves are bound by memory, 2-token waves by their
+// instructions, so the count weighs the 2-token waves by the device's bandwidth (in eighths of the
+// H100's 3352 GB/s; 0, unknown, plans as the H100). On an H200 (~4.9 TB/s) one-token groups at
+// every T (run 500); on a slower device (2 TB/s) 2-token groups where the H100 takes 3 unsplit
+// one-token waves (T = 353: 3 x 16 x 2 x 8 >= 5 x (25 x 4 + 10)).
+TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
+  DeviceInfo h100 = kH100, h200 = kH100, slow = kH100;
+  h100.memory_bandwidth_gbs = 3352;
+  h200.memory_bandwidth_gbs = 4915;
+  slow.memory_bandwidth_gbs = 2000;
+  for (int topk : {1024, 2048})
+    for (int T = 16; T <= 32 * 132; ++T) {
+      const SparseMlaPlan a = plan_sparse_mla(T, 32, topk, kH100), b = plan_sparse_mla(T, 32, topk, h100);
+      ASSERT_TRUE(a.kernel == b.kernel && a.union_pass == b.union_pass && a.ctas == b.ctas && a.splits == b.splits &&
+                  a.lead_tokens == b.lead_tokens && a.workspace_bytes == b.workspace_bytes)
+          << T << " " << topk;
+      const SparseMlaPlan p = plan_sparse_mla(T, 32, topk, h200);
+      ASSERT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T << " " << topk;
+      ASSERT_FALSE(p.union_pass) << T << " " << topk;  // one token per CTA
+      ASSERT_EQ(p.ctas, p.lead_tokens * p.lead_splits + (T - p.lead_tokens) * p.splits) << T << " " << topk;
+    }
+  EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, kH100).union_pass);  // 2-token groups on the H100
+  EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, kH100).union_pass);
+  EXPECT_TRUE(plan_sparse_mla(353, 32, 2048, slow).union_pass);
+  // Other head counts do not look at it.
+  for (int H : {16, 64, 128})
+    for (int T : {100, 353, 1024, 4096}) {
+      const SparseMlaPlan a = plan_sparse_mla(T, H, 2048, kH100), b = plan_sparse_mla(T, H, 2048, h200);
+      EXPECT_TRUE(a.kernel == b.kernel && a.union_pass == b.union_pass && a.ctas == b.ctas && a.splits == b.splits) << T << " " << H;
+    }
+}
+
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
 // heads; at 32 heads lists of 512-1023 positions take shared rows from T = 256 in whole waves
 // only, 1024 and more once split-K needs a second wave (docs/perf.md runs 399-400).

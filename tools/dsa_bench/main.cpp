@@ -818,10 +818,10 @@ int run(const Options& o) {
   int sm_clock_khz = 0, mem_clock_khz = 0;  // peak clocks the device reports (attributes, not live readings)
   cudaDeviceGetAttribute(&sm_clock_khz, cudaDevAttrClockRate, 0);
   cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, 0);
-  std::printf("device %s, %d SMs, L2 %d MB, SM clock %d MHz / memory clock %d MHz (peak), driver %d, runtime %d, "
-              "commit %s\n",
+  std::printf("device %s, %d SMs, L2 %d MB, SM clock %d MHz / memory clock %d MHz (peak), DRAM %d GB/s (peak, as the planner "
+              "sees it), driver %d, runtime %d, commit %s\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, sm_clock_khz / 1000, mem_clock_khz / 1000,
-              driver, runtime, DSA_GIT_COMMIT);
+              DeviceInfo::from_device(0).memory_bandwidth_gbs, driver, runtime, DSA_GIT_COMMIT);
   std::printf("timer %s, L2 %s before each call, %d reps (median, min-max), KV cache %s, index_sharing %s\n", to_string(which),
               o.no_flush ? "NOT flushed" : "flushed", o.reps, o.kv == "fp8" ? "fp8_ds_mla (656-byte rows; the floors read them)" : "bf16",
               o.sharing == "auto" ? "auto (consecutive for shared-prefix cases, else unknown)" : o.sharing.c_str());
