@@ -300,10 +300,12 @@ struct WaveCost {
 };
 inline constexpr WaveCost kOneTokenWavesBf16{16, 25, 5};  // 1.56 x 2-token waves + 0.31
 // ... on the H100 (DeviceInfo::memory_bandwidth_gbs 3352: HBM3 at 2619 MHz x 5120 bits). The
-// 2-token costs scale with the device's bandwidth in eighths of it: on the H200 (~4.9 TB/s, 12
-// eighths) 2.34 x + 0.47, so one-token groups at every T there (run 500, µs, 2-token against
-// one-token: T = 256 / 784 / 1024 / 4096 199.8 / 546.8 / 719.6 / 2853.3 against 180.4 / 521.2 /
-// 690.5 / 2690.6; runs of 1-2048 rows T = 1024 430.4 against 420.6).
+// 2-token costs scale with the device's bandwidth in eighths of it (to the nearest): on the H200
+// (4814 GB/s as it reports itself, 11 eighths) 2.15 x + 0.43, so one-token groups at every T
+// there. Run 501 on the H200, µs, 2-token against one-token: T = 256 / 450 / 661 / 784 / 1024 /
+// 4096 200.9 / 367.2 / 544.4 / 547.0 / 720.2 / 2861.2 against 179.7 / 314.6 / 444.0 / 520.1 /
+// 689.7 / 2685.5; topk 1024 T = 1024 405.0 against 376.7; runs of 1-2048 rows T = 1024 429.9
+// against 419.8.
 inline constexpr int64_t kOneTokenWavesBandwidthGbs = 3352;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
