@@ -150,7 +150,8 @@ enum class SparseMlaKernel {
                 // more) those waves run unsplit and only the tokens past them are split, as many
                 // CTAs as fit the SMs, or up to 2/3 of a wave more 3 splits over two rounds
                 // (SparseMlaPlan::lead_tokens); no union pass. 64 heads bf16 do so past 1-6
-                // whole waves, 128 heads and fp8_ds_mla past any number, 32 heads past 1 and,
+                // whole waves (any number on an H200: DeviceInfo::memory_bandwidth_gbs), 128
+                // heads and fp8_ds_mla past any number, 32 heads past 1 and,
                 // past 2 or more, where their waves cost less than 2-token CTAs'. Otherwise 32
                 // heads keep one-token CTAs unsplit up to 1.7 waves, 64 and 128 heads take the
                 // union pass.

@@ -275,6 +275,11 @@ inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // at 128 heads T = 150 144.5 -> 156.7, T = 350 295.8 -> 297.2; T = 500 417.9 -> 395.4; 64
 // heads T = 300 184.4 -> 181.0).
 inline constexpr int64_t kSharedRowsLeadMaxWaves = 6;
+// ... on the H100. On the H200 the row order repays nothing there: run 503, union pass -> lead
+// tokens, 64 heads T = 925 / 1057 / 2048 737.8 / 832.6 / 1478.3 -> 634.8 / 725.3 / 1404.8, topk
+// 1024 T = 925 429.3 -> 353.5. So from this many eighths of the H100's bandwidth (H100 8, H200 11;
+// nothing measured between) 64 heads bf16 take lead tokens past any number of waves too.
+inline constexpr int64_t kSharedRowsLeadAnyWavesEighths = 10;
 // 32 heads (lists of >= kSharedRowsLongList) past 2 or more whole waves of one-token groups take
 // lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of them),
 // where the planner's wave count says so (one_token_lead_pays): one-token waves (whole + rounds /
@@ -306,7 +311,9 @@ inline constexpr WaveCost kOneTokenWavesBf16{16, 25, 5};  // 1.56 x 2-token wave
 // 4096 200.9 / 367.2 / 544.4 / 547.0 / 720.2 / 2861.2 against 179.7 / 314.6 / 444.0 / 520.1 /
 // 689.7 / 2685.5; topk 1024 T = 1024 405.0 against 376.7; runs of 1-2048 rows T = 1024 429.9
 // against 419.8.
-inline constexpr int64_t kOneTokenWavesBandwidthGbs = 3352;
+// The reference for rules weighed by bandwidth: the H100 SXM's DeviceInfo::memory_bandwidth_gbs
+// (HBM3 at 2619 MHz x 5120 bits; run 502).
+inline constexpr int64_t kH100BandwidthGbs = 3352;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.

@@ -409,6 +409,13 @@ static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slot
   return lead_plan(lead_tokens, 1, later, slots, tiles, 2, 3);
 }
 
+// The device's DRAM bandwidth in eighths of the H100's (params.h kH100BandwidthGbs), to the
+// nearest: an H100 reporting within 6 % of its 3352 GB/s is 8, an H200 (4814) 11; unknown (0) 8.
+static int64_t bandwidth_eighths(const DeviceInfo& dev) {
+  const int64_t bandwidth = dev.memory_bandwidth_gbs > 0 ? dev.memory_bandwidth_gbs : detail::kH100BandwidthGbs;
+  return std::max<int64_t>(1, (8 * bandwidth + detail::kH100BandwidthGbs / 2) / detail::kH100BandwidthGbs);
+}
+
 // 32 heads past 2 or more whole waves with a bf16 cache (params.h kOneTokenWavesBf16; fp8 takes
 // one-token groups always): whether one-token groups with lead tokens (the whole waves unsplit, the
 // tail in `tail_splits` splits over as many rounds as their CTAs fill) cost less than 2-token
@@ -417,8 +424,7 @@ static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slot
 // half: it reads one list.
 // One-token waves are bound by memory, 2-token waves by their instructions (H200: T = 1024 690.5
 // / 719.6 µs against the H100's 842.5 / 724.6, run 500), so the 2-token costs, counted in
-// one-token waves, scale with the device's bandwidth (in eighths of the H100's, to the nearest:
-// an H100 reporting within 6 % of 3352 GB/s plans as 8; params.h).
+// one-token waves, scale with the device's bandwidth (bandwidth_eighths).
 static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, const DeviceInfo& dev) {
   const int64_t sm_count = dev.sm_count;
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
@@ -426,9 +432,7 @@ static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, const D
   const int64_t two_token_ctas = ceil_div(num_tokens, 2);
   const int64_t two_token_half_waves = 2 * ceil_div(two_token_ctas, sm_count) - (num_tokens % 2 == 1 && two_token_ctas % sm_count == 1 ? 1 : 0);
   const detail::WaveCost c = detail::kOneTokenWavesBf16;
-  const int64_t bandwidth = dev.memory_bandwidth_gbs > 0 ? dev.memory_bandwidth_gbs : detail::kOneTokenWavesBandwidthGbs;
-  const int64_t eighths = std::max<int64_t>(1, (8 * bandwidth + detail::kOneTokenWavesBandwidthGbs / 2) / detail::kOneTokenWavesBandwidthGbs);
-  return 8 * 2 * c.den * (whole * tail_splits + rounds) < eighths * (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
+  return 8 * 2 * c.den * (whole * tail_splits + rounds) < bandwidth_eighths(dev) * (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
 }
 
 // The facts of one plan_sparse_mla call that its steps share: the shape, the device and the
@@ -594,8 +598,10 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     // 156.4 without it, 128 heads T = 100 107.0 against 128.2; full lists do not repay it: 64
     // heads T = 200 213.1 against 207.5; runs 449-450).
     // 64 heads bf16 up to kSharedRowsLeadMaxWaves whole waves (past them the union pass's row
-    // order repays its last wave), 128 heads and fp8 past any number (params.h, run 480).
-    int64_t max_lead_waves = num_heads == 64 && !fp8 ? detail::kSharedRowsLeadMaxWaves : std::numeric_limits<int64_t>::max();
+    // order repays its last wave), 128 heads and fp8 past any number (params.h, run 480); so do
+    // 64 heads bf16 on a device of kSharedRowsLeadAnyWavesEighths of the H100's bandwidth (run 503).
+    const bool lead_waves_limited = num_heads == 64 && !fp8 && bandwidth_eighths(dev) < detail::kSharedRowsLeadAnyWavesEighths;
+    int64_t max_lead_waves = lead_waves_limited ? detail::kSharedRowsLeadMaxWaves : std::numeric_limits<int64_t>::max();
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
 #endif

@@ -490,12 +490,38 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
   EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, kH100).union_pass);  // 2-token groups on the H100
   EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, kH100).union_pass);
   EXPECT_TRUE(plan_sparse_mla(353, 32, 2048, slow).union_pass);
-  // Other head counts do not look at it.
-  for (int H : {16, 64, 128})
+  // 16 and 128 heads do not look at it (64: the next test).
+  for (int H : {16, 128})
     for (int T : {100, 353, 1024, 4096}) {
       const SparseMlaPlan a = plan_sparse_mla(T, H, 2048, kH100), b = plan_sparse_mla(T, H, 2048, h200);
       EXPECT_TRUE(a.kernel == b.kernel && a.union_pass == b.union_pass && a.ctas == b.ctas && a.splits == b.splits) << T << " " << H;
     }
+}
+
+// 64 heads bf16 take lead tokens (the whole waves unsplit, the tail split, no union pass) past at
+// most kSharedRowsLeadMaxWaves (6) whole waves on the H100, where past them the union pass's row
+// order repays its last wave; from 10 eighths of its bandwidth (an H200: 11) past any number
+// (run 503: T = 925 / 1057 737.8 / 832.6 -> 634.8 / 725.3 µs). fp8 past any number everywhere.
+TEST(Planner, SixtyFourHeadsLeadPastAnyWavesOnFasterMemory) {
+  DeviceInfo h200 = kH100, nine = kH100;
+  h200.memory_bandwidth_gbs = 4814;
+  nine.memory_bandwidth_gbs = 3352 * 9 / 8;
+  for (auto [T, topk, unsplit, splits] : {std::tuple{925, 2048, 924, 64}, std::tuple{1057, 2048, 1056, 64}, std::tuple{925, 1024, 924, 32}}) {
+    const SparseMlaPlan h100_plan = plan_sparse_mla(T, 64, topk, kH100), nine_plan = plan_sparse_mla(T, 64, topk, nine);
+    EXPECT_TRUE(h100_plan.union_pass && h100_plan.lead_tokens == 0 && h100_plan.splits == 1) << T << " " << topk;
+    EXPECT_TRUE(nine_plan.union_pass && nine_plan.ctas == h100_plan.ctas) << T << " " << topk;
+    const SparseMlaPlan p = plan_sparse_mla(T, 64, topk, h200);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T << " " << topk;
+    EXPECT_FALSE(p.union_pass) << T << " " << topk;
+    EXPECT_EQ(p.lead_tokens, unsplit) << T << " " << topk;
+    EXPECT_EQ(p.splits, splits) << T << " " << topk;
+    EXPECT_EQ(p.ctas, unsplit + (T - unsplit) * splits) << T << " " << topk;
+    const SparseMlaPlan fp8 = plan_sparse_mla(T, 64, topk, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
+    EXPECT_EQ(fp8.lead_tokens, unsplit) << T << " " << topk;
+  }
+  // Up to 6 whole waves both alike (T = 800: 792 unsplit and 16 splits).
+  const SparseMlaPlan a = plan_sparse_mla(800, 64, 2048, kH100), b = plan_sparse_mla(800, 64, 2048, h200);
+  EXPECT_TRUE(a.lead_tokens == 792 && b.lead_tokens == 792 && a.splits == b.splits && a.ctas == b.ctas);
 }
 
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
