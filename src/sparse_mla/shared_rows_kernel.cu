@@ -255,7 +255,9 @@
 //               2565.7.
 //   v31 7f9d5ce (plans only) 32 heads bf16 weigh 2-token against one-token waves by the device's
 //               memory bandwidth: one-token groups at every T on the H200. Run 501 (H200, us):
-//               T = 450 / 661 / 1024 367.2 / 544.4 / 720.2 -> 314.6 / 444.0 / 689.7.
+//               T = 450 / 661 / 1024 367.2 / 544.4 / 720.2 -> 314.6 / 444.0 / 689.7. bab77e4:
+//               on it 64 heads bf16 take lead tokens past any number of waves (run 504: T =
+//               925 / 1057 755.9 / 850.3 -> 656.4 / 749.7).
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
