@@ -114,7 +114,7 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   // Peak DRAM bandwidth, GB/s (2 x the memory clock x the bus width): where a plan bound by
   // memory races one bound by instructions (32 heads' one- and 2-token groups) the planner weighs
-  // them by it. 0: unknown, planned as an H100 SXM's (~3350).
+  // them by it. <= 0: unknown, planned as an H100 SXM's (3352).
   int memory_bandwidth_gbs = 0;
   // The device's answers, queried once per process and device (later calls cost no driver call);
   // throws dsa::Error without a usable device.

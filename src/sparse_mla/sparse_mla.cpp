@@ -178,7 +178,7 @@ static DeviceInfo query_device(int device) {
   int memory_clock_khz = 0, bus_bits = 0;  // 0 where the device does not say: planned as an H100
   if (cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) != cudaSuccess)
-    cudaGetLastError(), memory_clock_khz = bus_bits = 0;
+    cudaGetLastError(), memory_clock_khz = bus_bits = 0;  // the failed query's error cleared
   d.memory_bandwidth_gbs = static_cast<int>(int64_t{2} * memory_clock_khz * bus_bits / 8 / 1000000);
   return d;
 }

@@ -490,6 +490,10 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
   EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, kH100).union_pass);  // 2-token groups on the H100
   EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, kH100).union_pass);
   EXPECT_TRUE(plan_sparse_mla(353, 32, 2048, slow).union_pass);
+  DeviceInfo negative = kH100;  // a nonsense figure plans as unknown, as the H100
+  negative.memory_bandwidth_gbs = -5;
+  EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, negative).union_pass);
+  EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, negative).union_pass);
   // 16 and 128 heads do not look at it (64: the next test).
   for (int H : {16, 128})
     for (int T : {100, 353, 1024, 4096}) {
