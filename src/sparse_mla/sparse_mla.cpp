@@ -385,6 +385,11 @@ static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t late
 // MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists.
 enum class TwoRounds { never, short_tail, always };
 static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
+#ifdef DSA_WHATIF
+  // What-if builds only: DSA_TWO_ROUNDS=always / never for every plan (the H200's limits are not
+  // measured yet; the H100's are params.h kLeadTwoRounds*).
+  if (const char* e = std::getenv("DSA_TWO_ROUNDS")) return std::string(e) == "always" ? TwoRounds::always : TwoRounds::never;
+#endif
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
   return fp8 ? TwoRounds::always : TwoRounds::short_tail;
