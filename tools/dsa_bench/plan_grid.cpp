@@ -52,8 +52,12 @@ int run_plan_grid(bool summary_only) {
   Hash hash;
   int64_t count = 0;
   char line[512];
-  for (int sms : {132, 8, 16, 100}) {
-    const DeviceInfo dev{sms, 232448, 9, 0};  // an H100's shared memory per block
+  // An H100 and smaller parts (no bandwidth: planned as the H100's), then the H200 (132 SMs at
+  // the 4814 GB/s it reports), whose plans differ at 32 and 64 heads.
+  for (auto [sms, gbs] : {std::pair{132, 0}, std::pair{8, 0}, std::pair{16, 0}, std::pair{100, 0}, std::pair{132, 4814}}) {
+    DeviceInfo dev{sms, 232448, 9, 0};  // an H100's shared memory per block
+    dev.memory_bandwidth_gbs = gbs;
+    const std::string device = std::to_string(sms) + (gbs > 0 ? "@" + std::to_string(gbs) : "");
     for (int H : {16, 32, 64, 128})
       for (int topk : {1, 64, 128, 300, 512, 1024, 2048, 2049})
         for (int fp8 = 0; fp8 < 2; ++fp8)
@@ -61,7 +65,7 @@ int run_plan_grid(bool summary_only) {
             for (size_t ci = 0; ci < choices.size(); ++ci)
               for (int T = 0; T <= 1400; T += T < 300 ? 1 : 11) {
                 if (ci > 0 && T % 3 != 0) continue;  // the overrides on every third T
-                std::snprintf(line, sizeof line, "sms %d H %d topk %d %s %s %s T %d: ", sms, H, topk, fp8 ? "fp8" : "bf16",
+                std::snprintf(line, sizeof line, "sms %s H %d topk %d %s %s %s T %d: ", device.c_str(), H, topk, fp8 ? "fp8" : "bf16",
                               sharing_names[sh], choices[ci].first, T);
                 std::string s = line;
                 try {
