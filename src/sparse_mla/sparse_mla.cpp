@@ -430,14 +430,13 @@ static int64_t bandwidth_eighths(const DeviceInfo& dev) {
 // One-token waves are bound by memory, 2-token waves by their instructions (H200: T = 1024 690.5
 // / 719.6 µs against the H100's 842.5 / 724.6, run 500), so the 2-token costs, counted in
 // one-token waves, scale with the device's bandwidth (bandwidth_eighths).
-static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, const DeviceInfo& dev) {
-  const int64_t sm_count = dev.sm_count;
+static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, int64_t bandwidth_eighths) {
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
   const int64_t two_token_ctas = ceil_div(num_tokens, 2);
   const int64_t two_token_half_waves = 2 * ceil_div(two_token_ctas, sm_count) - (num_tokens % 2 == 1 && two_token_ctas % sm_count == 1 ? 1 : 0);
   const detail::WaveCost c = detail::kOneTokenWavesBf16;
-  return 8 * 2 * c.den * (whole * tail_splits + rounds) < bandwidth_eighths(dev) * (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
+  return 8 * 2 * c.den * (whole * tail_splits + rounds) < bandwidth_eighths * (c.ratio * two_token_half_waves + 2 * c.setup) * tail_splits;
 }
 
 // The facts of one plan_sparse_mla call that its steps share: the shape, the device and the
@@ -451,6 +450,7 @@ struct PlannerContext {
   int shared_rows_tiles;         // union tiles of a full list
   TwoRounds two_rounds;          // two_rounds_rule's
   int64_t lead_min_tail_splits;  // just past half a wave (params.h kLeadMinTailSplits)
+  int64_t bandwidth_eighths;     // the device's DRAM bandwidth in eighths of the H100's
 
   // Splits of one-token groups below one wave (split each group's union tiles; the combine merges
   // them; no split left empty by a full list). Fewer than 8 groups use at most 3/4 of the SMs, 8
@@ -605,7 +605,7 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     // 64 heads bf16 up to kSharedRowsLeadMaxWaves whole waves (past them the union pass's row
     // order repays its last wave), 128 heads and fp8 past any number (params.h, run 480); so do
     // 64 heads bf16 on a device of kSharedRowsLeadAnyWavesEighths of the H100's bandwidth (run 503).
-    const bool lead_waves_limited = num_heads == 64 && !fp8 && bandwidth_eighths(dev) < detail::kSharedRowsLeadAnyWavesEighths;
+    const bool lead_waves_limited = num_heads == 64 && !fp8 && c.bandwidth_eighths < detail::kSharedRowsLeadAnyWavesEighths;
     int64_t max_lead_waves = lead_waves_limited ? detail::kSharedRowsLeadMaxWaves : std::numeric_limits<int64_t>::max();
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
@@ -670,7 +670,7 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
       // 219.8 -> 194.9 / 195.7 / 195.3 / 196.0; runs of 1-2048 rows T = 240 / 256 182.8 / 213.3
       // -> 161.7 / 167.6. Mixed lengths lose the union pass's order: runs T = 500 236.9 -> 251.8.
       const int64_t tail_splits = one_token_lead.splits > 0 ? one_token_lead.splits : 1;
-      const bool one_token_pays = fp8 || one_token_lead_pays(num_tokens, tail_splits, dev);
+      const bool one_token_pays = fp8 || one_token_lead_pays(num_tokens, tail_splits, dev.sm_count, c.bandwidth_eighths);
       if (!pick.one_token_32_heads && num_tokens > dev.sm_count && one_token_pays)
         pick.one_token_32_heads = pick.one_token_past_wave = true;
       if (pick.one_token_32_heads) {
@@ -855,7 +855,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #endif
   const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, fp8, 2 * int64_t{dev.sm_count},
                          static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8),
-                         lead_min_tail_splits};
+                         lead_min_tail_splits, bandwidth_eighths(dev)};
   const SharedRowsPick pick = pick_shared_rows(c);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&
