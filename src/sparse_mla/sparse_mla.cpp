@@ -382,17 +382,18 @@ static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t late
 // Where the units past whole waves, with more than half a wave left, may take 3 splits in two
 // rounds of CTAs (params.h kLeadTwoRounds*): always, for a tail of at most 11/20 of a wave, or
 // never. The longer a CTA's work the less its round's setup weighs: 128 heads are bound by their
-// MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists.
+// MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists. On
+// faster memory (bandwidth_eighths >= kLeadTwoRoundsAnyTailEighths: the H200) the gather binds
+// bf16 less, and its tails take two rounds up to 2/3 of a wave too.
 enum class TwoRounds { never, short_tail, always };
-static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8) {
+static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, int64_t bandwidth_eighths) {
 #ifdef DSA_WHATIF
-  // What-if builds only: DSA_TWO_ROUNDS=always / never for every plan (the H200's limits are not
-  // measured yet; the H100's are params.h kLeadTwoRounds*).
+  // What-if builds only: DSA_TWO_ROUNDS=always / never for every plan.
   if (const char* e = std::getenv("DSA_TWO_ROUNDS")) return std::string(e) == "always" ? TwoRounds::always : TwoRounds::never;
 #endif
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
-  return fp8 ? TwoRounds::always : TwoRounds::short_tail;
+  return fp8 || bandwidth_eighths >= detail::kLeadTwoRoundsAnyTailEighths ? TwoRounds::always : TwoRounds::short_tail;
 }
 
 // Past whole waves (params.h): the `lead` units' tokens unsplit, the `later` units past them in
@@ -853,9 +854,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
 #endif
+  const int64_t eighths = bandwidth_eighths(dev);
   const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, fp8, 2 * int64_t{dev.sm_count},
-                         static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8),
-                         lead_min_tail_splits, bandwidth_eighths(dev)};
+                         static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, eighths),
+                         lead_min_tail_splits, eighths};
   const SharedRowsPick pick = pick_shared_rows(c);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&

@@ -531,6 +531,30 @@ TEST(Planner, SixtyFourHeadsLeadPastAnyWavesOnFasterMemory) {
   EXPECT_TRUE(a.lead_tokens == 792 && b.lead_tokens == 792 && a.splits == b.splits && a.ctas == b.ctas);
 }
 
+// bf16 tails of 11/20-2/3 of a wave past whole waves: one more wave of whole lists on the H100
+// (the gather binds its 16-64-head CTAs), 3 splits over two rounds from 10 eighths of its
+// bandwidth (an H200), as fp8 does everywhere; lists shorter than 2048 at 16 and 32 heads keep
+// one round on both (docs/perf.md runs 506-507).
+TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
+  DeviceInfo h200 = kH100, nine = kH100;
+  h200.memory_bandwidth_gbs = 4814;
+  nine.memory_bandwidth_gbs = 3352 * 9 / 8;
+  for (auto [T, H, topk, unsplit] : {std::tuple{420, 16, 2048, 264}, std::tuple{700, 16, 2048, 528}, std::tuple{210, 32, 2048, 132},
+                                     std::tuple{210, 64, 2048, 132}, std::tuple{210, 64, 512, 132}}) {
+    const SparseMlaPlan h100_plan = plan_sparse_mla(T, H, topk, kH100), p = plan_sparse_mla(T, H, topk, h200);
+    EXPECT_EQ(h100_plan.lead_tokens, 0) << T << " " << H << " " << topk;
+    EXPECT_TRUE(same_plan(h100_plan, plan_sparse_mla(T, H, topk, nine))) << T << " " << H << " " << topk;
+    EXPECT_EQ(p.lead_tokens, unsplit) << T << " " << H << " " << topk;
+    EXPECT_EQ(p.splits, 3) << T << " " << H << " " << topk;
+    const SparseMlaPlan fp8 = plan_sparse_mla(T, H, topk, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
+    if (H == 64 || topk == 2048) EXPECT_TRUE(fp8.lead_tokens == unsplit && fp8.splits == 3) << T << " " << H << " " << topk;
+  }
+  // Tails of at most 11/20 of a wave take two rounds on both; shorter lists at 16 / 32 heads on neither.
+  EXPECT_TRUE(same_plan(plan_sparse_mla(409, 16, 2048, kH100), plan_sparse_mla(409, 16, 2048, h200)));
+  for (auto [T, H, topk] : {std::tuple{420, 16, 1024}, std::tuple{420, 16, 512}, std::tuple{210, 32, 1024}})
+    EXPECT_TRUE(same_plan(plan_sparse_mla(T, H, topk, kH100), plan_sparse_mla(T, H, topk, h200))) << T << " " << H << " " << topk;
+}
+
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
 // heads; at 32 heads lists of 512-1023 positions take shared rows from T = 256 in whole waves
 // only, 1024 and more once split-K needs a second wave (docs/perf.md runs 399-400).
