@@ -499,7 +499,12 @@ struct PlannerContext {
     // heads a wave of one-split CTAs is bound by the gather, so the idle SMs cost little and
     // the second round more (64 heads T = 67 / 75 / 82 92.0 / 93.2 / 94.8 against 91.0 / 103.9
     // / 107.5, 32 heads T = 67 / 75 89.2 / 90.5 against 85.4 / 95.8).
-    if (groups > half && half > 0 && groups_per_token > 1)
+    bool half_wave_lead = groups_per_token > 1;
+#ifdef DSA_WHATIF
+    // What-if builds only: DSA_HALF_LEAD=1 takes it at 32 and 64 heads too (measured on the H100 alone).
+    if (const char* e = std::getenv("DSA_HALF_LEAD")) half_wave_lead = half_wave_lead || std::atoi(e) == 1;
+#endif
+    if (groups > half && half > 0 && half_wave_lead)
       return lead_plan(half / groups_per_token, 2, groups - half, dev.sm_count, shared_rows_tiles, lead_min_tail_splits);
     return {};
   }
