@@ -194,12 +194,14 @@ struct SparseMlaPlan {
   // into as many CTAs as fit the SMs the last whole wave frees (on an H100: 32 heads T = 133 132
   // unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3 equal splits of every token;
   // 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one split); and just past half a
-  // wave (split_k, and shared_rows at 128 heads), where one split per token would leave half
+  // wave (split_k; shared_rows at 128 heads, and at 32 and 64 with topk 2048 for an fp8_ds_mla
+  // cache or on an H200), where one split per token would leave half
   // the SMs idle, half a wave of tokens in 2 splits and the later ones in as many as fit after
   // them (at least 8; 16 heads T = 133: 114.8 µs against 141.9). Past whole waves by half to
   // 2/3 of a wave the tokens past them take 3 splits over two rounds where that pays (128
   // heads; fp8 at 64 heads; lists of 2048 at 16 and 32 heads; bf16 only for a tail of at most
-  // 11/20 of a wave): 128 heads T = 100 173.6 µs against 197.3. 0: every token split alike.
+  // 11/20 of a wave, except on an H200): 128 heads T = 100 173.6 µs against 197.3. 0: every
+  // token split alike.
   int lead_tokens = 0;
   int lead_splits = 1;
   // Whether the CTAs gather their rows in ascending order of the row's top bits (the cache's row

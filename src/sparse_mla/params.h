@@ -236,6 +236,17 @@ inline constexpr int kSplitKTailMinList = 512;
 // T = 165 146.9 -> 144.7 µs), with fewer their round costs more than one split on every token
 // saves (T = 180, 5 splits: 148.1 -> 156.0; run 465).
 inline constexpr int kLeadMinTailSplits = 8;
+// That half-wave lead was first taken at 128 heads only (bound by their MMAs). At 32 and 64 heads
+// a wave of one-split CTAs of bf16 lists is bound by the gather on the H100, so its idle SMs
+// cost little and the second round more; with fp8, or on fast memory (kFastMemoryEighths), lists
+// of this many positions gain (what-if DSA_HALF_LEAD=1, runs 508-509, one wave of one-split
+// CTAs -> half a wave in 2 splits, µs). H100: 64 heads fp8 T = 67 / 75 98.0 / 99.0 -> 82.1 / 94.7,
+// 32 heads fp8 T = 75 96.0 -> 84.8, bf16 T = 67 / 75 / 82 92.1 / 93.5 / 95.0 -> 90.9 / 104.5 /
+// 106.9. H200: 64 heads T = 67 / 75 / 82 88.6 / 89.6 / 90.9 -> 77.1 / 87.8 / 86.4, fp8 T = 75
+// 97.9 -> 92.5, 32 heads T = 67 / 75 / 82 87.2 / 87.3 / 87.9 -> 70.4 / 78.6 / 80.8. Mixed lengths
+// gain on both (runs of 1-2048 rows 64 heads T = 75 89.0 -> 76.7 on the H100), shorter lists lose
+// on both (topk 1024 64 heads T = 75 54.0 -> 73.3 on the H100, 50.5 -> 61.6 on the H200).
+inline constexpr int kHalfWaveLeadMinList = 2048;
 // Past whole waves by more than half a wave (up to 2/3 of one), the tokens past them may take 3
 // splits in two rounds of CTAs instead of a second wave of whole lists (the planner's
 // two_rounds_rule): at 128 heads always; at 64 heads with fp8 always, with bf16 for a tail of at
@@ -266,11 +277,10 @@ inline constexpr int kLeadTwoRoundsMinList16And32Heads = 2048;
 // 109.4 / 74.2, but runs T = 220 116.2 -> 120.6. Shorter lists at 16 and 32 heads still lose
 // there (16 heads topk 512 T = 420 88.0 -> 94.0, 32 heads topk 1024 T = 210 98.5 -> 100.7, fp8
 // 105.1 -> 107.8) or tie (16 heads topk 1024 T = 440 153.6 / 153.7): kLeadTwoRoundsMinList16And32Heads
-// stays. So from this many eighths of the H100's bandwidth (H100 8, H200 11; nothing measured
-// between) bf16 takes two rounds wherever fp8 does. 4 splits over three rounds (tails up to 3/4)
-// gained 1-4 % on the H200 and lost at 32 heads (T = 225 178.5 -> 181.6) and with mixed lengths
-// (128 heads runs T = 115 107.4 -> 125.0; run 507): not taken.
-inline constexpr int64_t kLeadTwoRoundsAnyTailEighths = 10;
+// stays. So on fast memory (kFastMemoryEighths) bf16 takes two rounds wherever fp8 does. 4 splits
+// over three rounds (tails up to 3/4) gained 1-4 % on the H200 and lost at 32 heads (T = 225
+// 178.5 -> 181.6) and with mixed lengths (128 heads runs T = 115 107.4 -> 125.0; run 507): not
+// taken.
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // Shared rows' one-token groups past whole waves (64 heads bf16: up to this many; 128 heads and
 // fp8 any number): the whole waves' tokens unsplit, the tail split (lead tokens, no union pass)
@@ -290,9 +300,8 @@ inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 inline constexpr int64_t kSharedRowsLeadMaxWaves = 6;
 // ... on the H100. On the H200 the row order repays nothing there: run 503, union pass -> lead
 // tokens, 64 heads T = 925 / 1057 / 2048 737.8 / 832.6 / 1478.3 -> 634.8 / 725.3 / 1404.8, topk
-// 1024 T = 925 429.3 -> 353.5. So from this many eighths of the H100's bandwidth (H100 8, H200 11;
-// nothing measured between) 64 heads bf16 take lead tokens past any number of waves too.
-inline constexpr int64_t kSharedRowsLeadAnyWavesEighths = 10;
+// 1024 T = 925 429.3 -> 353.5. So on fast memory (kFastMemoryEighths) 64 heads bf16 take lead
+// tokens past any number of waves too.
 // 32 heads (lists of >= kSharedRowsLongList) past 2 or more whole waves of one-token groups take
 // lead tokens too, instead of 2-token groups (T / 2 CTAs, whose last wave may hold a few of them),
 // where the planner's wave count says so (one_token_lead_pays): one-token waves (whole + rounds /
@@ -327,6 +336,12 @@ inline constexpr WaveCost kOneTokenWavesBf16{16, 25, 5};  // 1.56 x 2-token wave
 // The reference for rules weighed by bandwidth: the H100 SXM's DeviceInfo::memory_bandwidth_gbs
 // (HBM3 at 2619 MHz x 5120 bits; run 502).
 inline constexpr int64_t kH100BandwidthGbs = 3352;
+// Fast memory: from this many eighths of the H100's bandwidth (to the nearest; H100 8, H200 11,
+// nothing measured between) a device plans as the H200, where the gather binds bf16 CTAs less
+// and the rules the gather set on the H100 move: 64 heads' lead tokens past any number of waves
+// (kSharedRowsLeadMaxWaves), two rounds for any bf16 tail (kLeadTwoRounds*) and the half-wave
+// lead at 32 and 64 heads (kHalfWaveLeadMinList).
+inline constexpr int64_t kFastMemoryEighths = 10;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.

@@ -383,7 +383,7 @@ static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t late
 // rounds of CTAs (params.h kLeadTwoRounds*): always, for a tail of at most 11/20 of a wave, or
 // never. The longer a CTA's work the less its round's setup weighs: 128 heads are bound by their
 // MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists. On
-// faster memory (bandwidth_eighths >= kLeadTwoRoundsAnyTailEighths: the H200) the gather binds
+// fast memory (bandwidth_eighths >= kFastMemoryEighths: the H200) the gather binds
 // bf16 less, and its tails take two rounds up to 2/3 of a wave too.
 enum class TwoRounds { never, short_tail, always };
 static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, int64_t bandwidth_eighths) {
@@ -393,7 +393,7 @@ static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, int64_t band
 #endif
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
-  return fp8 || bandwidth_eighths >= detail::kLeadTwoRoundsAnyTailEighths ? TwoRounds::always : TwoRounds::short_tail;
+  return fp8 || bandwidth_eighths >= detail::kFastMemoryEighths ? TwoRounds::always : TwoRounds::short_tail;
 }
 
 // Past whole waves (params.h): the `lead` units' tokens unsplit, the `later` units past them in
@@ -494,16 +494,13 @@ struct PlannerContext {
       if (whole == groups || whole / wave > max_lead_waves) return {};
       return past_waves_lead(whole / groups_per_token, groups - whole, dev.sm_count, shared_rows_tiles, rule);
     }
-    // Past half a wave at 128 heads only, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
+    // Past half a wave at 128 heads, whose CTAs are bound by their MMAs (T = 34 / 41 88.8 /
     // 89.8 -> 75.5 / 83.9 µs, runs of 1-2048 rows T = 40 87.4 -> 63.5; run 465). At 32 and 64
-    // heads a wave of one-split CTAs is bound by the gather, so the idle SMs cost little and
-    // the second round more (64 heads T = 67 / 75 / 82 92.0 / 93.2 / 94.8 against 91.0 / 103.9
-    // / 107.5, 32 heads T = 67 / 75 89.2 / 90.5 against 85.4 / 95.8).
-    bool half_wave_lead = groups_per_token > 1;
-#ifdef DSA_WHATIF
-    // What-if builds only: DSA_HALF_LEAD=1 takes it at 32 and 64 heads too (measured on the H100 alone).
-    if (const char* e = std::getenv("DSA_HALF_LEAD")) half_wave_lead = half_wave_lead || std::atoi(e) == 1;
-#endif
+    // heads only with lists of 2048 and fp8 or fast memory (params.h kHalfWaveLeadMinList): a
+    // wave of one-split bf16 CTAs is bound by the gather on the H100, so the idle SMs cost little
+    // and the second round more (64 heads T = 75 93.5 -> 104.5 µs, fp8 99.0 -> 94.7; run 509).
+    const bool half_wave_lead = groups_per_token > 1 ||
+                                (topk >= detail::kHalfWaveLeadMinList && (fp8 || bandwidth_eighths >= detail::kFastMemoryEighths));
     if (groups > half && half > 0 && half_wave_lead)
       return lead_plan(half / groups_per_token, 2, groups - half, dev.sm_count, shared_rows_tiles, lead_min_tail_splits);
     return {};
@@ -610,8 +607,8 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     // heads T = 200 213.1 against 207.5; runs 449-450).
     // 64 heads bf16 up to kSharedRowsLeadMaxWaves whole waves (past them the union pass's row
     // order repays its last wave), 128 heads and fp8 past any number (params.h, run 480); so do
-    // 64 heads bf16 on a device of kSharedRowsLeadAnyWavesEighths of the H100's bandwidth (run 503).
-    const bool lead_waves_limited = num_heads == 64 && !fp8 && c.bandwidth_eighths < detail::kSharedRowsLeadAnyWavesEighths;
+    // 64 heads bf16 on fast memory (params.h kFastMemoryEighths, run 503).
+    const bool lead_waves_limited = num_heads == 64 && !fp8 && c.bandwidth_eighths < detail::kFastMemoryEighths;
     int64_t max_lead_waves = lead_waves_limited ? detail::kSharedRowsLeadMaxWaves : std::numeric_limits<int64_t>::max();
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave

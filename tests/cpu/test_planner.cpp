@@ -555,6 +555,35 @@ TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
     EXPECT_TRUE(same_plan(plan_sparse_mla(T, H, topk, kH100), plan_sparse_mla(T, H, topk, h200))) << T << " " << H << " " << topk;
 }
 
+// Just past half a wave of one-token groups at 32 and 64 heads: one wave of whole lists for bf16
+// on the H100 (the gather binds it), half a wave of tokens in 2 splits and the later ones in as
+// many as fit after them with fp8 or on an H200, lists of 2048 only (docs/perf.md runs 508-509).
+TEST(Planner, HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory) {
+  DeviceInfo h200 = kH100;
+  h200.memory_bandwidth_gbs = 4814;
+  const auto fp8 = [](int T, int H, int topk, const DeviceInfo& dev) {
+    return plan_sparse_mla(T, H, topk, dev, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
+  };
+  for (int H : {32, 64})
+    for (auto [T, splits] : {std::pair{67, 64}, std::pair{75, 13}, std::pair{82, 8}}) {
+      const SparseMlaPlan h100_bf16 = plan_sparse_mla(T, H, 2048, kH100);
+      EXPECT_TRUE(h100_bf16.lead_tokens == 0 && h100_bf16.splits == 1 && h100_bf16.ctas == T) << T << " " << H;
+      for (const SparseMlaPlan& p : {plan_sparse_mla(T, H, 2048, h200), fp8(T, H, 2048, kH100), fp8(T, H, 2048, h200)}) {
+        EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T << " " << H;
+        EXPECT_EQ(p.lead_tokens, 66) << T << " " << H;
+        EXPECT_EQ(p.lead_splits, 2) << T << " " << H;
+        EXPECT_EQ(p.splits, splits) << T << " " << H;
+        EXPECT_EQ(p.ctas, 132 + (T - 66) * splits) << T << " " << H;
+      }
+      // Shorter lists keep one split on both devices.
+      EXPECT_TRUE(same_plan(plan_sparse_mla(T, H, 1024, kH100), plan_sparse_mla(T, H, 1024, h200))) << T << " " << H;
+      EXPECT_EQ(fp8(T, H, 1024, kH100).lead_tokens, 0) << T << " " << H;
+    }
+  // Past T = 82 too few splits fit after the half wave (kLeadMinTailSplits): one split everywhere.
+  EXPECT_EQ(plan_sparse_mla(83, 64, 2048, h200).lead_tokens, 0);
+  EXPECT_EQ(fp8(83, 32, 2048, kH100).lead_tokens, 0);
+}
+
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
 // heads; at 32 heads lists of 512-1023 positions take shared rows from T = 256 in whole waves
 // only, 1024 and more once split-K needs a second wave (docs/perf.md runs 399-400).

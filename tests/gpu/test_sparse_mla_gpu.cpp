@@ -1560,6 +1560,7 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
     int sms;                // the planner's SM count; 0: the device's (an H100 or H200)
     int lead, lead_splits;  // the plan's
     bool short_lead = false;  // the lead tokens list 2 rows (split 0 alone), the later ones all theirs
+    int gbs = 0;              // the planner's memory bandwidth; 0: the device's
   };
   int seed = 0;
   for (const Case& c : {// shared rows just past one wave
@@ -1571,6 +1572,11 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                         // shared rows just past half a wave (128 heads)
                         Case{5, 128, 2048, IndexPattern::padding_middle, false, true, 16, 4, 2}, Case{9, 128, 2048, IndexPattern::duplicates, true, false, 32, 8, 2},
                         Case{17, 128, 1600, IndexPattern::runs, false, false, 64, 16, 2}, Case{34, 128, 2048, IndexPattern::random, false, false, 0, 33, 2},
+                        // ... at 32 and 64 heads with fp8 or on fast memory (lists of 2048)
+                        Case{9, 64, 2048, IndexPattern::padding_middle, true, false, 16, 8, 2}, Case{5, 64, 2048, IndexPattern::duplicates, true, true, 8, 4, 2},
+                        Case{75, 64, 2048, IndexPattern::random, true, false, 0, 66, 2}, Case{70, 32, 2048, IndexPattern::runs, true, true, 0, 66, 2},
+                        Case{9, 64, 2048, IndexPattern::single_valid, false, true, 16, 8, 2, false, 4814},
+                        Case{75, 32, 2048, IndexPattern::random, false, false, 0, 66, 2, false, 4814},
                         // split-K just past whole waves
                         Case{17, 16, 2048, IndexPattern::random, false, false, 8, 16, 1}, Case{20, 16, 600, IndexPattern::padding_middle, true, false, 8, 16, 1},
                         Case{18, 32, 700, IndexPattern::runs, false, true, 8, 16, 1}, Case{70, 16, 2048, IndexPattern::duplicates, false, false, 32, 64, 1},
@@ -1602,6 +1608,7 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
     if (c.sms == 0 && device.sm_count != 132) continue;  // the H100's (and H200's) own plans
     DeviceInfo dev = device;
     if (c.sms > 0) dev.sm_count = c.sms;
+    if (c.gbs > 0) dev.memory_bandwidth_gbs = c.gbs;
     HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 5100 + seed);
     if (c.short_lead)
       for (int t = 0; t < c.lead; ++t)
@@ -1619,7 +1626,7 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                                                c.fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
     const std::string what = "T " + std::to_string(c.T) + " H " + std::to_string(c.H) + " topk " + std::to_string(c.topk) + " " +
                              workload::to_string(c.pattern) + (c.fp8 ? " fp8" : " bf16") + (c.lengths ? " lengths" : "") +
-                             " on " + std::to_string(dev.sm_count) + " SMs";
+                             " on " + std::to_string(dev.sm_count) + " SMs at " + std::to_string(dev.memory_bandwidth_gbs) + " GB/s";
     const bool split_k = c.H <= 16 || (c.H == 32 && c.topk < 1024);  // 64 / 128 heads: shared rows from lists of 256
     const int per_token = split_k ? c.H / 16 : std::max(c.H / 64, 1);  // CTAs per token and split
     ASSERT_EQ(plan.kernel, split_k ? SparseMlaKernel::split_k : SparseMlaKernel::shared_rows) << what;
