@@ -276,11 +276,10 @@ inline constexpr int kLeadTwoRoundsMinList16And32Heads = 2048;
 // 177.4 -> 168.2 / 171.9; 64 heads T = 210 202.9 -> 178.9, topk 1024 / 512 122.6 / 78.3 ->
 // 109.4 / 74.2, but runs T = 220 116.2 -> 120.6. Shorter lists at 16 and 32 heads still lose
 // there (16 heads topk 512 T = 420 88.0 -> 94.0, 32 heads topk 1024 T = 210 98.5 -> 100.7, fp8
-// 105.1 -> 107.8) or tie (16 heads topk 1024 T = 440 153.6 / 153.7): kLeadTwoRoundsMinList16And32Heads
-// stays. So on fast memory (kFastMemoryEighths) bf16 takes two rounds wherever fp8 does. 4 splits
-// over three rounds (tails up to 3/4) gained 1-4 % on the H200 and lost at 32 heads (T = 225
-// 178.5 -> 181.6) and with mixed lengths (128 heads runs T = 115 107.4 -> 125.0; run 507): not
-// taken.
+// 105.1 -> 107.8) or tie (16 heads topk 1024 T = 440 153.6 / 153.7), so the list limit stays.
+// On fast memory (kFastMemoryEighths) bf16 takes two rounds wherever fp8 does. 4 splits over
+// three rounds (tails up to 3/4) gained 1-4 % on the H200 and lost at 32 heads (T = 225 178.5
+// -> 181.6) and with mixed lengths (128 heads runs T = 115 107.4 -> 125.0; run 507): not taken.
 inline constexpr int kSharedRowsPastWaveMaxTenths = 17;
 // Shared rows' one-token groups past whole waves (64 heads bf16: up to this many; 128 heads and
 // fp8 any number): the whole waves' tokens unsplit, the tail split (lead tokens, no union pass)

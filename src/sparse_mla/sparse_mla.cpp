@@ -383,8 +383,8 @@ static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t late
 // rounds of CTAs (params.h kLeadTwoRounds*): always, for a tail of at most 11/20 of a wave, or
 // never. The longer a CTA's work the less its round's setup weighs: 128 heads are bound by their
 // MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists. On
-// fast memory (bandwidth_eighths >= kFastMemoryEighths: the H200) the gather binds
-// bf16 less, and its tails take two rounds up to 2/3 of a wave too.
+// fast memory (bandwidth_eighths >= kFastMemoryEighths: the H200) the gather binds bf16 less,
+// and its tails take two rounds up to 2/3 of a wave too.
 enum class TwoRounds { never, short_tail, always };
 static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, int64_t bandwidth_eighths) {
 #ifdef DSA_WHATIF
