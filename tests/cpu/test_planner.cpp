@@ -754,8 +754,9 @@ TEST(Planner, OneTokenGroupsPastWholeWavesSplitOnlyTheTail) {
 
 // Just past half a wave, where one split per token would leave half the SMs (split-K: half its
 // 264 slots) idle: half a wave of tokens in 2 splits, the later ones in as many as fit a wave
-// after them if that is at least 8, each set merged by its own combine. Shared rows at 128 heads
-// only (at 32 and 64 the gather binds a one-split wave).
+// after them if that is at least 8, each set merged by its own combine. Shared rows at 128 heads,
+// and at 32 and 64 only with fp8 or on fast memory (HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory:
+// on the H100 the gather binds a one-split bf16 wave).
 TEST(Planner, JustPastHalfAWaveLeadTokensTakeTwoSplits) {
   // T, H, kv, lead tokens, later splits (0: no lead tokens)
   for (auto [T, H, kv, lead, splits] :
@@ -784,7 +785,8 @@ TEST(Planner, JustPastHalfAWaveLeadTokensTakeTwoSplits) {
 // Past whole waves by more than half a wave and up to 2/3 of one, the tokens past them take 3
 // splits in two rounds of CTAs: at 128 heads, fp8 at 64 heads and fp8 with lists of 2048 at 16
 // and 32 always, bf16 (at 16 and 32 heads with lists of 2048) for a tail of at most 11/20 of a
-// wave; otherwise one split (a second wave of whole lists).
+// wave on the H100 (any on an H200: BfloatTailsTakeTwoRoundsOnFasterMemory); otherwise one split
+// (a second wave of whole lists).
 TEST(Planner, PastHalfAWaveMoreTheLaterTokensTakeThreeSplitsInTwoRounds) {
   constexpr auto bf16 = KvCacheFormat::bf16, fp8 = KvCacheFormat::fp8_ds_mla;
   // T, H, kv, unsplit tokens, later splits (1: none unsplit)
