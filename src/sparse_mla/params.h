@@ -236,6 +236,13 @@ inline constexpr int kSplitKTailMinList = 512;
 // T = 165 146.9 -> 144.7 µs), with fewer their round costs more than one split on every token
 // saves (T = 180, 5 splits: 148.1 -> 156.0; run 465).
 inline constexpr int kLeadMinTailSplits = 8;
+// ... on the H100. Split-K on fast memory (kFastMemoryEighths) with lists of 2048 gains from as
+// few as this many (what-if DSA_LEAD_MIN=4 on the H200, run 513, µs): 16 heads T = 170 / 180 /
+// 190 142.0 / 142.3 / 142.7 -> 121.3 / 126.7 / 132.5, fp8 T = 180 121.8 -> 107.7; the H100 loses
+// there (T = 170 / 180 / 190 147.1 / 148.1 / 149.5 -> 148.8 / 155.6 / 163.6, run 514). Shared rows
+// keep 8 on both: on the H200 64 heads T = 86 / 90 / 95 90.7 / 91.2 / 91.3 -> 90.1 / 92.8 / 96.7,
+// 32 heads T = 86 / 90 88.1 / 88.3 -> 84.2 / 86.3, 128 heads T = 45 88.9 -> 86.7.
+inline constexpr int kLeadMinTailSplitsSplitKFastMemory = 4;
 // That half-wave lead was first taken at 128 heads only (bound by their MMAs). At 32 and 64 heads
 // a wave of one-split CTAs of bf16 lists is bound by the gather on the H100, so its idle SMs
 // cost little and the second round more; with fp8, or on fast memory (kFastMemoryEighths), lists
@@ -338,8 +345,9 @@ inline constexpr int64_t kH100BandwidthGbs = 3352;
 // Fast memory: from this many eighths of the H100's bandwidth (to the nearest; H100 8, H200 11,
 // nothing measured between) a device plans as the H200, where the gather binds bf16 CTAs less
 // and the rules the gather set on the H100 move: 64 heads' lead tokens past any number of waves
-// (kSharedRowsLeadMaxWaves), two rounds for any bf16 tail (kLeadTwoRounds*) and the half-wave
-// lead at 32 and 64 heads (kHalfWaveLeadMinList).
+// (kSharedRowsLeadMaxWaves), two rounds for any bf16 tail (kLeadTwoRounds*), the half-wave
+// lead at 32 and 64 heads (kHalfWaveLeadMinList) and split-K's from fewer later splits
+// (kLeadMinTailSplitsSplitKFastMemory).
 inline constexpr int64_t kFastMemoryEighths = 10;
 // At 16 and 32 heads without the consecutive hint: shorter lists (topk) keep split-K, whose CTAs
 // are then short enough that a partial wave costs little, while shared rows pay the union pass

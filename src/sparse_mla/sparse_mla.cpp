@@ -451,6 +451,7 @@ struct PlannerContext {
   int shared_rows_tiles;         // union tiles of a full list
   TwoRounds two_rounds;          // two_rounds_rule's
   int64_t lead_min_tail_splits;  // just past half a wave (params.h kLeadMinTailSplits)
+  int64_t split_k_lead_min_tail_splits;  // the same for split-K (kLeadMinTailSplitsSplitKFastMemory)
   int64_t bandwidth_eighths;     // the device's DRAM bandwidth in eighths of the H100's
 
   // Splits of one-token groups below one wave (split each group's union tiles; the combine merges
@@ -743,7 +744,7 @@ static SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, 
   const IndexSharing sharing = c.sharing;
   const int64_t split_k_slots = c.split_k_slots;
   const TwoRounds two_rounds = c.two_rounds;
-  const int64_t lead_min_tail_splits = c.lead_min_tail_splits;
+  const int64_t lead_min_tail_splits = c.split_k_lead_min_tail_splits;
   const int64_t base_ctas = static_cast<int64_t>(num_tokens) * (num_heads / kHeadGroup);
   const int64_t min_splits = ceil_div(topk, SparseMlaPlan::kMaxChunk);
   // Two CTAs per SM (8 warps). Measured on the H100 (docs/perf.md, ac6f7a2): 32-key tiles x 2
@@ -788,6 +789,8 @@ static SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, 
   // (run 465, µs): 16 heads T = 133 / 140 / 150 / 165 143.1 / 144.0 / 146.2 / 146.9 -> 115.0 /
   // 122.7 / 133.2 / 144.7, fp8 T = 133 / 165 121.5 / 121.5 -> 86.4 / 109.7, runs of 1-2048 rows
   // T = 150 121.5 -> 99.8; with 5 / 4 later splits T = 180 / 198 148.1 / 150.7 -> 156.0 / 169.2.
+  // On fast memory with lists of 2048, 4 (params.h kLeadMinTailSplitsSplitKFastMemory: H200 16
+  // heads T = 180 142.3 -> 126.7, run 513).
   // Past whole waves by more than half a wave (up to 2/3), 3 splits in two rounds where that
   // pays (two_rounds_rule, params.h kLeadTwoRounds*: fp8 T = 397 244.4 -> 222.5, run 470).
   LeadPlan splitk_lead;
@@ -852,14 +855,16 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.num_heads = num_heads;
   plan.topk = topk;
   const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
-  int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
-#ifdef DSA_WHATIF
-  if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = std::atoi(e);  // what-if builds only
-#endif
   const int64_t eighths = bandwidth_eighths(dev);
+  int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
+  int64_t split_k_lead_min_tail_splits =
+      eighths >= detail::kFastMemoryEighths && topk >= detail::kHalfWaveLeadMinList ? detail::kLeadMinTailSplitsSplitKFastMemory : lead_min_tail_splits;
+#ifdef DSA_WHATIF
+  if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = split_k_lead_min_tail_splits = std::atoi(e);  // what-if builds only
+#endif
   const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, fp8, 2 * int64_t{dev.sm_count},
                          static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, eighths),
-                         lead_min_tail_splits, eighths};
+                         lead_min_tail_splits, split_k_lead_min_tail_splits, eighths};
   const SharedRowsPick pick = pick_shared_rows(c);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&

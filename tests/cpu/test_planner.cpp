@@ -584,6 +584,28 @@ TEST(Planner, HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory) {
   EXPECT_EQ(fp8(83, 32, 2048, kH100).lead_tokens, 0);
 }
 
+// Split-K just past half a wave on fast memory: the later tokens from 4 splits (the H100: 8), with
+// lists of 2048 (docs/perf.md runs 513-514).
+TEST(Planner, SplitKHalfWaveLeadFromFourLaterSplitsOnFastMemory) {
+  DeviceInfo h200 = kH100;
+  h200.memory_bandwidth_gbs = 4814;
+  for (auto kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (auto [T, splits] : {std::pair{166, 7}, std::pair{170, 6}, std::pair{180, 5}, std::pair{190, 4}, std::pair{198, 4}}) {
+      const SparseMlaPlan h100_plan = plan_sparse_mla(T, 16, 2048, kH100, {}, IndexSharing::unknown, kv);
+      const SparseMlaPlan p = plan_sparse_mla(T, 16, 2048, h200, {}, IndexSharing::unknown, kv);
+      EXPECT_EQ(h100_plan.lead_tokens, 0) << T;
+      EXPECT_EQ(p.kernel, SparseMlaKernel::split_k) << T;
+      EXPECT_EQ(p.lead_tokens, 132) << T;
+      EXPECT_EQ(p.lead_splits, 2) << T;
+      EXPECT_EQ(p.splits, splits) << T;
+      EXPECT_EQ(p.ctas, 264 + (T - 132) * splits) << T;
+      EXPECT_TRUE(same_plan(plan_sparse_mla(T, 16, 1024, kH100, {}, IndexSharing::unknown, kv),
+                            plan_sparse_mla(T, 16, 1024, h200, {}, IndexSharing::unknown, kv))) << T;
+    }
+  EXPECT_EQ(plan_sparse_mla(199, 16, 2048, h200).lead_tokens, 0);  // 67 later tokens: 3 splits fit
+  EXPECT_EQ(plan_sparse_mla(165, 16, 2048, kH100).lead_tokens, 132);  // 8 on both
+}
+
 // Without the consecutive hint, lists of fewer than 512 positions keep split-K at 16 and 32
 // heads; at 32 heads lists of 512-1023 positions take shared rows from T = 256 in whole waves
 // only, 1024 and more once split-K needs a second wave (docs/perf.md runs 399-400).

@@ -1586,6 +1586,9 @@ TEST_F(Gpu, LeadTokensThenLaterTokensAgree) {
                         Case{10, 16, 2048, IndexPattern::random, false, true, 8, 8, 2}, Case{9, 16, 2048, IndexPattern::padding_middle, true, false, 8, 8, 2},
                         Case{65, 16, 2048, IndexPattern::runs, false, false, 64, 64, 2}, Case{5, 32, 700, IndexPattern::duplicates, false, false, 8, 4, 2},
                         Case{133, 16, 2048, IndexPattern::random, false, false, 0, 132, 2},
+                        // ... from 4 later splits on fast memory
+                        Case{180, 16, 2048, IndexPattern::random, false, false, 0, 132, 2, false, 4814},
+                        Case{22, 16, 2048, IndexPattern::padding_middle, true, true, 16, 16, 2, false, 4814},
                         // past whole waves by more than half a wave: the later tokens in 3 splits, two rounds
                         Case{13, 128, 2048, IndexPattern::random, false, false, 16, 8, 1}, Case{31, 64, 2048, IndexPattern::padding_middle, false, true, 20, 20, 1},
                         Case{26, 32, 2048, IndexPattern::runs, true, false, 16, 16, 1}, Case{49, 16, 2048, IndexPattern::duplicates, false, false, 16, 32, 1},
