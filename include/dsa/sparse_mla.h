@@ -197,7 +197,8 @@ struct SparseMlaPlan {
   // wave (split_k; shared_rows at 128 heads, and at 32 and 64 with topk 2048 for an fp8_ds_mla
   // cache or on an H200), where one split per token would leave half
   // the SMs idle, half a wave of tokens in 2 splits and the later ones in as many as fit after
-  // them (at least 8; 16 heads T = 133: 114.8 µs against 141.9). Past whole waves by half to
+  // them (at least 8, or 4 for split_k with topk 2048 on an H200; 16 heads T = 133: 114.8 µs
+  // against 141.9). Past whole waves by half to
   // 2/3 of a wave the tokens past them take 3 splits over two rounds where that pays (128
   // heads; fp8 at 64 heads; lists of 2048 at 16 and 32 heads; bf16 only for a tail of at most
   // 11/20 of a wave, except on an H200): 128 heads T = 100 173.6 µs against 197.3. 0: every

@@ -258,6 +258,11 @@
 //               T = 450 / 661 / 1024 367.2 / 544.4 / 720.2 -> 314.6 / 444.0 / 689.7. bab77e4:
 //               on it 64 heads bf16 take lead tokens past any number of waves (run 504: T =
 //               925 / 1057 755.9 / 850.3 -> 656.4 / 749.7).
+//   v32 a7bb9ad, fe94193 (plans only) on fast memory (the H200) bf16 tails of 11/20-2/3 of a
+//               wave in 3 splits over two rounds, and the half-wave lead at 32 / 64 heads with
+//               lists of 2048 for fp8 (both cards) or on the H200. Runs 508-511 (us): H200 64
+//               heads T = 210 / 67 203.5 / 88.8 -> 178.7 / 75.7, 32 heads T = 67 86.8 -> 70.0;
+//               H100 fp8 32 heads T = 67 96.2 -> 75.4, 64 heads T = 67 98.5 -> 82.0.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than

@@ -137,6 +137,10 @@
 //                over two rounds (the planner's two_rounds_rule: lists of 2048; bf16 for a tail of
 //                <= 11/20): run 470 (us), 16 heads T = 397 / 409 296.4 / 297.1 -> 285.6 / 289.4,
 //                fp8 T = 397 / 440 / 700 244.4 / 245.6 / 361.3 -> 222.5 / 237.1 / 349.4.
+//   v27 a7bb9ad, 3d5e3ed (plans only) on fast memory (the H200) bf16 tails of 11/20-2/3 of a
+//                wave take two rounds too, and the half-wave lead needs only 4 later splits
+//                (lists of 2048). H200, runs 508 / 515 (us): 16 heads T = 420 / 700 283.6 /
+//                420.3 -> 257.7 / 397.6, T = 170 / 190 142.0 / 142.6 -> 121.2 / 131.8.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
