@@ -190,7 +190,7 @@ inline constexpr int kSharedRowsTileEntries = 32;
 // Row indices the shared-rows kernel accepts: num_rows < 2^28 (its entry word is row << 4 | the
 // 4 head blocks' bits; 2^28 rows of 1152 B are 309 GB, more than a GPU holds).
 inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
-// The planner's thresholds for it (sparse_mla.cpp says why): at 16 heads the smallest T, and the
+// The planner's thresholds for it (planner.cpp says why): at 16 heads the smallest T, and the
 // smallest when the caller says consecutive tokens share rows (IndexSharing::consecutive); at
 // 32 heads the smallest T (a bf16 cache with lists of kSharedRowsLongList: from where split-K
 // needs a second wave); at 64 and 128 the fewest (head block, index position) pairs.

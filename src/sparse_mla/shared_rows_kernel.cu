@@ -289,12 +289,12 @@
 // sort (4 or 5 passes instead of 6): 2166 and 2204 vs 2081 us (run 60), slower.
 // The planner picks this kernel for 16 heads when its CTAs fill whole waves, from T = 2048, or
 // from T = 512 when the caller says consecutive tokens share rows, never when it says they
-// share none (IndexSharing, sparse_mla.cpp; an fp8 cache only when they share rows; without
+// share none (IndexSharing, planner.cpp; an fp8 cache only when they share rows; without
 // the hint only for topk >= 512); for 32 heads from T = 256 (bf16 with topk >= 1024: where
 // split-K needs a second wave) unless they share none; for 64 and 128, whatever the hint, from
 // 2^17 (head block, position) pairs, from 2^13 and 12 head blocks for bf16 lists >= 256 (T >= 3 /
 // 2 at topk 2048), from 3 x 2^14 for fp8 lists >= 1024, or from more head blocks than split-K's
-// two CTAs per SM (sparse_mla.cpp). At 16 heads, tokens that share no
+// two CTAs per SM (planner.cpp). At 16 heads, tokens that share no
 // rows (decode batches) pay the union pass and 4x masked MMA work: it wins on full random lists
 // and on runs of 1-2048 rows,
 // but loses on full contiguous runs (+5 % at T = 1024) and on short lists, whose per-group
