@@ -25,6 +25,8 @@ using detail::validate_shape;
 using detail::validate_sharing;
 using detail::workspace_for;
 
+namespace {  // the planner's steps; plan_sparse_mla (the end of the file) is the API
+
 // A forced fused_rows threshold: in range, and only where the plan can fuse.
 static void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
   if (choice.fused_rows < -1 || choice.fused_rows > SparseMlaPlan::kMaxChunk)
@@ -580,6 +582,8 @@ static SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, 
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits, plan.lead_tokens, plan.lead_splits);
   return plan;
 }
+
+}  // namespace
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
                               IndexSharing sharing, KvCacheFormat kv_format) {
