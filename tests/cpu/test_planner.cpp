@@ -15,6 +15,13 @@ namespace dsa {
 namespace {
 
 const DeviceInfo kH100{132, 232448, 9, 0};
+// kH100 reporting a memory bandwidth (DeviceInfo::memory_bandwidth_gbs; kH100's 0 plans as 3352).
+DeviceInfo with_bandwidth(int gbs) {
+  DeviceInfo d = kH100;
+  d.memory_bandwidth_gbs = gbs;
+  return d;
+}
+const DeviceInfo kH200 = with_bandwidth(4814);  // what the H200 reports (run 501): 11 eighths of the H100's
 
 // Every field of two plans alike (the tests that say a hint or a device changes nothing).
 bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b) {
@@ -477,10 +484,7 @@ TEST(Planner, IndexSharingDoesNotMatterAt32HeadsWithLongLists) {
 // every T (runs 500-501); on a slower device (2 TB/s) 2-token groups where the H100 takes 3 unsplit
 // one-token waves (T = 353: 3 x 16 x 2 x 8 >= 5 x (25 x 4 + 10)).
 TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
-  DeviceInfo h100 = kH100, h200 = kH100, slow = kH100;
-  h100.memory_bandwidth_gbs = 3352;
-  h200.memory_bandwidth_gbs = 4814;  // what the H200 reports (run 501)
-  slow.memory_bandwidth_gbs = 2000;
+  const DeviceInfo h100 = with_bandwidth(3352), h200 = kH200, slow = with_bandwidth(2000);
   for (int topk : {1024, 2048})
     for (int T = 16; T <= 32 * 132; ++T) {
       const SparseMlaPlan a = plan_sparse_mla(T, 32, topk, kH100), b = plan_sparse_mla(T, 32, topk, h100);
@@ -493,8 +497,7 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
   EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, kH100).union_pass);  // 2-token groups on the H100
   EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, kH100).union_pass);
   EXPECT_TRUE(plan_sparse_mla(353, 32, 2048, slow).union_pass);
-  DeviceInfo negative = kH100;  // a nonsense figure plans as unknown, as the H100
-  negative.memory_bandwidth_gbs = -5;
+  const DeviceInfo negative = with_bandwidth(-5);  // a nonsense figure plans as unknown, as the H100
   EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, negative).union_pass);
   EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, negative).union_pass);
   // 16 and 128 heads do not look at it (64: the next test).
@@ -510,9 +513,7 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
 // order repays its last wave; from 10 eighths of its bandwidth (an H200: 11) past any number
 // (run 503: T = 925 / 1057 737.8 / 832.6 -> 634.8 / 725.3 µs). fp8 past any number everywhere.
 TEST(Planner, SixtyFourHeadsLeadPastAnyWavesOnFasterMemory) {
-  DeviceInfo h200 = kH100, nine = kH100;
-  h200.memory_bandwidth_gbs = 4814;
-  nine.memory_bandwidth_gbs = 3352 * 9 / 8;
+  const DeviceInfo h200 = kH200, nine = with_bandwidth(3352 * 9 / 8);
   for (auto [T, topk, unsplit, splits] : {std::tuple{925, 2048, 924, 64}, std::tuple{1057, 2048, 1056, 64}, std::tuple{925, 1024, 924, 32}}) {
     const SparseMlaPlan h100_plan = plan_sparse_mla(T, 64, topk, kH100), nine_plan = plan_sparse_mla(T, 64, topk, nine);
     EXPECT_TRUE(h100_plan.union_pass && h100_plan.lead_tokens == 0 && h100_plan.splits == 1) << T << " " << topk;
@@ -536,9 +537,7 @@ TEST(Planner, SixtyFourHeadsLeadPastAnyWavesOnFasterMemory) {
 // bandwidth (an H200), as fp8 does everywhere; lists shorter than 2048 at 16 and 32 heads keep
 // one round on both (docs/perf.md runs 506-507).
 TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
-  DeviceInfo h200 = kH100, nine = kH100;
-  h200.memory_bandwidth_gbs = 4814;
-  nine.memory_bandwidth_gbs = 3352 * 9 / 8;
+  const DeviceInfo h200 = kH200, nine = with_bandwidth(3352 * 9 / 8);
   for (auto [T, H, topk, unsplit] : {std::tuple{420, 16, 2048, 264}, std::tuple{700, 16, 2048, 528}, std::tuple{210, 32, 2048, 132},
                                      std::tuple{210, 64, 2048, 132}, std::tuple{210, 64, 512, 132}}) {
     const SparseMlaPlan h100_plan = plan_sparse_mla(T, H, topk, kH100), p = plan_sparse_mla(T, H, topk, h200);
@@ -559,8 +558,7 @@ TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
 // on the H100 (the gather binds it), half a wave of tokens in 2 splits and the later ones in as
 // many as fit after them with fp8 or on an H200, lists of 2048 only (docs/perf.md runs 508-509).
 TEST(Planner, HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory) {
-  DeviceInfo h200 = kH100;
-  h200.memory_bandwidth_gbs = 4814;
+  const DeviceInfo h200 = kH200;
   const auto fp8 = [](int T, int H, int topk, const DeviceInfo& dev) {
     return plan_sparse_mla(T, H, topk, dev, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
   };
@@ -587,8 +585,7 @@ TEST(Planner, HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory) {
 // Split-K just past half a wave on fast memory: the later tokens from 4 splits (the H100: 8), with
 // lists of 2048 (docs/perf.md runs 513-514).
 TEST(Planner, SplitKHalfWaveLeadFromFourLaterSplitsOnFastMemory) {
-  DeviceInfo h200 = kH100;
-  h200.memory_bandwidth_gbs = 4814;
+  const DeviceInfo h200 = kH200;
   for (auto kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
     for (auto [T, splits] : {std::pair{166, 7}, std::pair{170, 6}, std::pair{180, 5}, std::pair{190, 4}, std::pair{198, 4}}) {
       const SparseMlaPlan h100_plan = plan_sparse_mla(T, 16, 2048, kH100, {}, IndexSharing::unknown, kv);
