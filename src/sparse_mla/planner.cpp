@@ -126,17 +126,17 @@ static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t late
 // rounds of CTAs (params.h kLeadTwoRounds*): always, for a tail of at most 11/20 of a wave, or
 // never. The longer a CTA's work the less its round's setup weighs: 128 heads are bound by their
 // MMAs, 64-head CTAs compute 4x a 16-head one's, and 16 / 32 heads pay only with full lists. On
-// fast memory (bandwidth_eighths >= kFastMemoryEighths: the H200) the gather binds bf16 less,
-// and its tails take two rounds up to 2/3 of a wave too.
+// fast memory (PlannerContext::fast_memory: the H200) the gather binds bf16 less, and its tails
+// take two rounds up to 2/3 of a wave too.
 enum class TwoRounds { never, short_tail, always };
-static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, int64_t bandwidth_eighths) {
+static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, bool fast_memory) {
 #ifdef DSA_WHATIF
   // What-if builds only: DSA_TWO_ROUNDS=always / never for every plan.
   if (const char* e = std::getenv("DSA_TWO_ROUNDS")) return std::string(e) == "always" ? TwoRounds::always : TwoRounds::never;
 #endif
   if (num_heads == 128) return TwoRounds::always;
   if (num_heads < 64 && topk < detail::kLeadTwoRoundsMinList16And32Heads) return TwoRounds::never;
-  return fp8 || bandwidth_eighths >= detail::kFastMemoryEighths ? TwoRounds::always : TwoRounds::short_tail;
+  return fp8 || fast_memory ? TwoRounds::always : TwoRounds::short_tail;
 }
 
 // Past whole waves (params.h): the `lead` units' tokens unsplit, the `later` units past them in
@@ -196,6 +196,7 @@ struct PlannerContext {
   int64_t lead_min_tail_splits;  // just past half a wave (params.h kLeadMinTailSplits)
   int64_t split_k_lead_min_tail_splits;  // the same for split-K (kLeadMinTailSplitsSplitKFastMemory)
   int64_t bandwidth_eighths;     // the device's DRAM bandwidth in eighths of the H100's
+  bool fast_memory;              // bandwidth_eighths >= params.h kFastMemoryEighths (the H200)
 
   // Splits of one-token groups below one wave (split each group's union tiles; the combine merges
   // them; no split left empty by a full list). Fewer than 8 groups use at most 3/4 of the SMs, 8
@@ -244,7 +245,7 @@ struct PlannerContext {
     // wave of one-split bf16 CTAs is bound by the gather on the H100, so the idle SMs cost little
     // and the second round more (64 heads T = 75 93.5 -> 104.5 µs, fp8 99.0 -> 94.7; run 509).
     const bool half_wave_lead = groups_per_token > 1 ||
-                                (topk >= detail::kHalfWaveLeadMinList && (fp8 || bandwidth_eighths >= detail::kFastMemoryEighths));
+                                (topk >= detail::kHalfWaveLeadMinList && (fp8 || fast_memory));
     if (groups > half && half > 0 && half_wave_lead)
       return lead_plan(half / groups_per_token, 2, groups - half, dev.sm_count, shared_rows_tiles, lead_min_tail_splits);
     return {};
@@ -352,7 +353,7 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     // 64 heads bf16 up to kSharedRowsLeadMaxWaves whole waves (past them the union pass's row
     // order repays its last wave), 128 heads and fp8 past any number (params.h, run 480); so do
     // 64 heads bf16 on fast memory (params.h kFastMemoryEighths, run 503).
-    const bool lead_waves_limited = num_heads == 64 && !fp8 && c.bandwidth_eighths < detail::kFastMemoryEighths;
+    const bool lead_waves_limited = num_heads == 64 && !fp8 && !c.fast_memory;
     int64_t max_lead_waves = lead_waves_limited ? detail::kSharedRowsLeadMaxWaves : std::numeric_limits<int64_t>::max();
 #ifdef DSA_WHATIF
     if (const char* e = std::getenv("DSA_SR_MAX_WAVES")) max_lead_waves = std::atoi(e);  // what-if builds only; 1: one wave
@@ -601,15 +602,16 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   plan.topk = topk;
   const bool fp8 = kv_format == KvCacheFormat::fp8_ds_mla;
   const int64_t eighths = bandwidth_eighths(dev);
+  const bool fast_memory = eighths >= detail::kFastMemoryEighths;
   int64_t lead_min_tail_splits = detail::kLeadMinTailSplits;  // just past half a wave (params.h)
   int64_t split_k_lead_min_tail_splits =
-      eighths >= detail::kFastMemoryEighths && topk >= detail::kHalfWaveLeadMinList ? detail::kLeadMinTailSplitsSplitKFastMemory : lead_min_tail_splits;
+      fast_memory && topk >= detail::kHalfWaveLeadMinList ? detail::kLeadMinTailSplitsSplitKFastMemory : lead_min_tail_splits;
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = split_k_lead_min_tail_splits = std::atoi(e);  // what-if builds only
 #endif
   const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, fp8, 2 * int64_t{dev.sm_count},
-                         static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, eighths),
-                         lead_min_tail_splits, split_k_lead_min_tail_splits, eighths};
+                         static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, fast_memory),
+                         lead_min_tail_splits, split_k_lead_min_tail_splits, eighths, fast_memory};
   const SharedRowsPick pick = pick_shared_rows(c);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&
