@@ -382,7 +382,20 @@ TEST(Workload, PatternsLookAsSpecified) {
     for (int i = n; i < 256; ++i) EXPECT_EQ(r[i], -1);
   }
 
+  // random with valid counts: the first n entries distinct rows, -1 after (the last count for the
+  // tokens past the counts)
   s.pattern = IndexPattern::random;
+  v = workload::make_indices(s, 4);
+  for (int t = 0; t < 6; ++t) {
+    const int n = s.valid_counts[std::min(t, 2)];
+    std::vector<int32_t> r(v.begin() + t * 256, v.begin() + t * 256 + n);
+    for (int32_t x : r) EXPECT_TRUE(x >= 0 && x < rows);
+    std::sort(r.begin(), r.end());
+    EXPECT_EQ(std::unique(r.begin(), r.end()), r.end()) << "random rows are distinct";
+    for (int i = n; i < 256; ++i) EXPECT_EQ(v[t * 256 + i], -1);
+  }
+
+  s.valid_counts.clear();
   v = workload::make_indices(s, 4);
   for (int t = 0; t < 6; ++t) {
     std::vector<int32_t> r(v.begin() + t * 256, v.begin() + (t + 1) * 256);

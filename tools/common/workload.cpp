@@ -84,7 +84,11 @@ std::vector<int32_t> make_indices(const IndexSpec& s, uint64_t seed) {
       case IndexPattern::out_of_range: {
         const int k = static_cast<int>(std::min<int64_t>(s.topk, rows));
         std::vector<int32_t> v = distinct(rng, rows, k);
-        std::copy(v.begin(), v.end(), row);
+        // random with valid_counts: the token's first n entries, -1 after (a list of n rows).
+        const size_t n = s.pattern == IndexPattern::random && !s.valid_counts.empty()
+                             ? static_cast<size_t>(std::clamp(s.valid_counts[std::min<size_t>(t, s.valid_counts.size() - 1)], 0, k))
+                             : v.size();
+        std::copy(v.begin(), v.begin() + n, row);
         if (s.pattern == IndexPattern::padding_middle) {
           for (int i = 0; i < s.topk; ++i)
             if (rng.uniform() < 0.3) row[i] = -1;

@@ -42,6 +42,8 @@ struct IndexSpec {
   int page_size = 64;
   int num_pages = 8462;
   // runs: valid entries per token; empty = random counts in [1, topk]; one value = all tokens.
+  // random: when set, token t's first valid_counts[t] entries only, -1 after (the last value
+  // for the tokens past the vector).
   std::vector<int> valid_counts;
   // shared_prefix: length of the sequence the last token sees (rows [0, prefix_len)).
   int prefix_len = 8192;
