@@ -28,7 +28,7 @@ using detail::workspace_for;
 namespace {  // the planner's steps; plan_sparse_mla (the end of the file) is the API
 
 // A forced fused_rows threshold: in range, and only where the plan can fuse.
-static void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
+void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
   if (choice.fused_rows < -1 || choice.fused_rows > SparseMlaPlan::kMaxChunk)
     fail("fused_rows", "must be -1, 0 or in [1, " + std::to_string(SparseMlaPlan::kMaxChunk) + "], got " +
                            std::to_string(choice.fused_rows));
@@ -38,13 +38,13 @@ static void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
 }
 
 // A balanced choice: -1, 0 or 1.
-static void check_balanced_choice(const PlanChoice& choice) {
+void check_balanced_choice(const PlanChoice& choice) {
   if (choice.balanced < -1 || choice.balanced > 1)
     fail("balanced", "must be -1, 0 or 1, got " + std::to_string(choice.balanced));
 }
 
 // A forced row_order: -1, 0 or 1, and on only where the plan reads lists in position order.
-static void check_row_order_choice(const PlanChoice& choice, bool orderable) {
+void check_row_order_choice(const PlanChoice& choice, bool orderable) {
   if (choice.row_order < -1 || choice.row_order > 1)
     fail("row_order", "must be -1, 0 or 1, got " + std::to_string(choice.row_order));
   if (choice.row_order == 1 && !orderable)
@@ -52,26 +52,26 @@ static void check_row_order_choice(const PlanChoice& choice, bool orderable) {
 }
 
 // The planner's row order where it can be on (SparseMlaPlan::row_order says why).
-static bool planner_row_order(int num_tokens, int topk, IndexSharing sharing) {
+bool planner_row_order(int num_tokens, int topk, IndexSharing sharing) {
   return sharing == IndexSharing::unknown && int64_t{num_tokens} * topk >= detail::kRowOrderMinPairs;
 }
 
 // `pays`: whether the planner's rule applies to this kernel and head count at all.
-static bool resolve_row_order(const PlanChoice& choice, bool orderable, bool pays, int num_tokens, int topk,
+bool resolve_row_order(const PlanChoice& choice, bool orderable, bool pays, int num_tokens, int topk,
                               IndexSharing sharing) {
   check_row_order_choice(choice, orderable);
   return orderable && (choice.row_order == 1 || (choice.row_order == 0 && pays && planner_row_order(num_tokens, topk, sharing)));
 }
 
 // A plan's CTA count, which one launch (an int grid) must hold.
-static int launch_ctas(int64_t ctas) {
+int launch_ctas(int64_t ctas) {
   if (ctas > std::numeric_limits<int32_t>::max()) fail("num_tokens", "too many tokens for one launch");
   return static_cast<int>(ctas);
 }
 
 // Balanced split-K (SparseMlaPlan::balanced) for a plan with its shape and block_keys set. The
 // grid: one wave of split slots (two CTAs per SM), at least one per token.
-static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev, bool fp8) {
+SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev, bool fp8) {
   const int T = plan.num_tokens, topk = plan.topk;
   if (topk > SparseMlaPlan::kMaxChunk)
     fail("balanced", "needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " (each CTA reads its token's whole list)");
@@ -103,7 +103,7 @@ static SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice,
 }
 
 // Splits of a list of `tiles` whole tiles: at most max_splits, none left empty.
-static int64_t whole_tile_splits(int64_t tiles, int64_t max_splits) { return ceil_div(tiles, ceil_div(tiles, max_splits)); }
+int64_t whole_tile_splits(int64_t tiles, int64_t max_splits) { return ceil_div(tiles, ceil_div(tiles, max_splits)); }
 
 // A plan's lead tokens (SparseMlaPlan::lead_tokens): theirs, their splits, the later tokens'
 // splits; splits 0: none.
@@ -113,7 +113,7 @@ struct LeadPlan {
 // Lead tokens in lead_splits splits, then the `later` units (groups or tokens) in as many splits
 // as fit `rounds` rounds of `slots` CTAs (at most a tile each and kTailMaxSplits); none if fewer
 // than min_splits fit, or too few to beat one split (rounds of 1 / splits each).
-static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits,
+LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits,
                           int64_t rounds = 1) {
   const int64_t fit = std::min<int64_t>({rounds * slots / later, tiles, detail::kTailMaxSplits});
   if (fit < min_splits) return {};
@@ -129,7 +129,7 @@ static LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t late
 // fast memory (PlannerContext::fast_memory: the H200) the gather binds bf16 less, and its tails
 // take two rounds up to 2/3 of a wave too.
 enum class TwoRounds { never, short_tail, always };
-static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, bool fast_memory) {
+TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, bool fast_memory) {
 #ifdef DSA_WHATIF
   // What-if builds only: DSA_TWO_ROUNDS=always / never for every plan.
   if (const char* e = std::getenv("DSA_TWO_ROUNDS")) return std::string(e) == "always" ? TwoRounds::always : TwoRounds::never;
@@ -142,7 +142,7 @@ static TwoRounds two_rounds_rule(int num_heads, int topk, bool fp8, bool fast_me
 // Past whole waves (params.h): the `lead` units' tokens unsplit, the `later` units past them in
 // as many splits as fit one round of `slots` CTAs, or in 3 splits over two rounds where `rule`
 // allows.
-static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, TwoRounds rule) {
+LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slots, int64_t tiles, TwoRounds rule) {
   const LeadPlan one_round = lead_plan(lead_tokens, 1, later, slots, tiles, 2);
   int64_t max_rounds = 2;
 #ifdef DSA_WHATIF
@@ -160,7 +160,7 @@ static LeadPlan past_waves_lead(int64_t lead_tokens, int64_t later, int64_t slot
 
 // The device's DRAM bandwidth in eighths of the H100's (params.h kH100BandwidthGbs), to the
 // nearest: an H100 reporting within 6 % of its 3352 GB/s is 8, an H200 (4814) 11; unknown (0) 8.
-static int64_t bandwidth_eighths(const DeviceInfo& dev) {
+int64_t bandwidth_eighths(const DeviceInfo& dev) {
   const int64_t bandwidth = dev.memory_bandwidth_gbs > 0 ? dev.memory_bandwidth_gbs : detail::kH100BandwidthGbs;
   return std::max<int64_t>(1, (8 * bandwidth + detail::kH100BandwidthGbs / 2) / detail::kH100BandwidthGbs);
 }
@@ -174,7 +174,7 @@ static int64_t bandwidth_eighths(const DeviceInfo& dev) {
 // One-token waves are bound by memory, 2-token waves by their instructions (H200: T = 1024 690.5
 // / 719.6 µs against the H100's 842.5 / 724.6, run 500), so the 2-token costs, counted in
 // one-token waves, scale with the device's bandwidth (bandwidth_eighths).
-static bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, int64_t bandwidth_eighths) {
+bool one_token_lead_pays(int64_t num_tokens, int64_t tail_splits, int64_t sm_count, int64_t bandwidth_eighths) {
   const int64_t whole = num_tokens / sm_count, tail = num_tokens % sm_count;
   const int64_t rounds = ceil_div(tail * tail_splits, sm_count);
   const int64_t two_token_ctas = ceil_div(num_tokens, 2);
@@ -328,7 +328,7 @@ struct SharedRowsPick {
 //    T = 4096 1027 vs 1581) and gain only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192
 //    (1812 / 3133 vs 1696 / 2433; T = 512-2048 +10 to +1 %), but -54 % on a 2048-row prefix
 //    (T = 1024: 374 vs 172; runs 395-396).
-static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
+SharedRowsPick pick_shared_rows(const PlannerContext& c) {
   const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
   const DeviceInfo& dev = c.dev;
   const bool fp8 = c.fp8;
@@ -435,7 +435,7 @@ static SharedRowsPick pick_shared_rows(const PlannerContext& c) {
 }
 
 // A shared-rows plan: the planner's (`pick`), or the caller's choice forced it (`pick` null).
-static SparseMlaPlan plan_shared_rows(SparseMlaPlan plan, const PlanChoice& choice, const PlannerContext& c, const SharedRowsPick* pick) {
+SparseMlaPlan plan_shared_rows(SparseMlaPlan plan, const PlanChoice& choice, const PlannerContext& c, const SharedRowsPick* pick) {
   const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
   const DeviceInfo& dev = c.dev;
   if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
@@ -481,7 +481,7 @@ static SparseMlaPlan plan_shared_rows(SparseMlaPlan plan, const PlanChoice& choi
 }
 
 // A split-K plan: the planner's, or shaped by the caller's choice.
-static SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const PlannerContext& c) {
+SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const PlannerContext& c) {
   const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
   const DeviceInfo& dev = c.dev;
   const bool fp8 = c.fp8;
