@@ -404,6 +404,27 @@ TEST(Workload, PatternsLookAsSpecified) {
     EXPECT_EQ(std::unique(r.begin(), r.end()), r.end()) << "random rows are distinct";
   }
 
+  // sequences: token t's distinct rows from its own span of prefix_len rows, no row shared while
+  // the spans fit the cache (6 x 1000 <= 6400), wrapping around past that
+  s.pattern = IndexPattern::sequences;
+  s.prefix_len = 1000;
+  v = workload::make_indices(s, 6);
+  for (int t = 0; t < 6; ++t) {
+    std::vector<int32_t> r(v.begin() + t * 256, v.begin() + (t + 1) * 256);
+    for (int32_t x : r) EXPECT_TRUE(x >= t * 1000 && x < (t + 1) * 1000) << "token " << t;
+    std::sort(r.begin(), r.end());
+    EXPECT_EQ(std::unique(r.begin(), r.end()), r.end()) << "a token's rows are distinct";
+  }
+  s.num_tokens = 8;  // 8 spans of 1000 in 6400 rows: tokens 6 and 7 take the first two again
+  v = workload::make_indices(s, 6);
+  for (int k = 0; k < 256; ++k) EXPECT_TRUE(v[7 * 256 + k] >= 1000 && v[7 * 256 + k] < 2000);
+  s.num_tokens = 6;
+  s.prefix_len = 300;  // a span shorter than topk: the whole span, -1 after
+  s.topk = 512;
+  v = workload::make_indices(s, 6);
+  for (int t = 0; t < 6; ++t) EXPECT_EQ(std::count(v.begin() + t * 512, v.begin() + (t + 1) * 512, -1), 512 - 300);
+  s.topk = 256;
+
   s.pattern = IndexPattern::all_padding;
   v = workload::make_indices(s, 5);
   EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](int32_t x) { return x == -1; }));

@@ -29,7 +29,8 @@ namespace {
 constexpr IndexPattern kAll[] = {IndexPattern::random,       IndexPattern::runs,
                                  IndexPattern::shared_prefix, IndexPattern::all_padding,
                                  IndexPattern::single_valid, IndexPattern::padding_middle,
-                                 IndexPattern::duplicates,   IndexPattern::out_of_range};
+                                 IndexPattern::duplicates,   IndexPattern::out_of_range,
+                                 IndexPattern::sequences};
 
 // k distinct values of [0, n) in random order (k <= n); rejection sampling when k << n.
 std::vector<int32_t> distinct(Rng& rng, int64_t n, int k) {
@@ -61,6 +62,7 @@ const char* to_string(IndexPattern p) {
     case IndexPattern::padding_middle: return "padding_middle";
     case IndexPattern::duplicates: return "duplicates";
     case IndexPattern::out_of_range: return "out_of_range";
+    case IndexPattern::sequences: return "sequences";
   }
   return "?";
 }
@@ -116,6 +118,14 @@ std::vector<int32_t> make_indices(const IndexSpec& s, uint64_t seed) {
         const int k = static_cast<int>(std::min<int64_t>(s.topk, ctx));
         std::vector<int32_t> v = distinct(rng, ctx, k);
         std::copy(v.begin(), v.end(), row);
+        break;
+      }
+      case IndexPattern::sequences: {
+        const int64_t span = std::max<int64_t>(1, std::min<int64_t>(s.prefix_len, rows));
+        const int64_t start = static_cast<int64_t>(t) * span % (rows / span * span);
+        const int k = static_cast<int>(std::min<int64_t>(s.topk, span));
+        const std::vector<int32_t> v = distinct(rng, span, k);
+        for (int i = 0; i < k; ++i) row[i] = static_cast<int32_t>(start + v[i]);
         break;
       }
       case IndexPattern::all_padding:

@@ -30,6 +30,9 @@ enum class IndexPattern {
   padding_middle,  // random rows with -1 scattered through the list, not only at the end
   duplicates,      // rows drawn from a handful of values, repeated
   out_of_range,    // random rows with some entries < -1 or >= num_rows
+  sequences,       // token t's distinct rows from its own span of prefix_len rows (multi-request decode:
+                   // no row shared between tokens while T x prefix_len <= the cache's rows; past
+                   // that the spans wrap around)
 };
 
 const char* to_string(IndexPattern p);
@@ -45,7 +48,8 @@ struct IndexSpec {
   // random: when set, token t's first valid_counts[t] entries only, -1 after (the last value
   // for the tokens past the vector).
   std::vector<int> valid_counts;
-  // shared_prefix: length of the sequence the last token sees (rows [0, prefix_len)).
+  // shared_prefix: length of the sequence the last token sees (rows [0, prefix_len)); sequences:
+  // each token's span.
   int prefix_len = 8192;
 };
 
