@@ -58,7 +58,7 @@ bool planner_row_order(int num_tokens, int topk, IndexSharing sharing) {
 
 // `pays`: whether the planner's rule applies to this kernel and head count at all.
 bool resolve_row_order(const PlanChoice& choice, bool orderable, bool pays, int num_tokens, int topk,
-                              IndexSharing sharing) {
+                       IndexSharing sharing) {
   check_row_order_choice(choice, orderable);
   return orderable && (choice.row_order == 1 || (choice.row_order == 0 && pays && planner_row_order(num_tokens, topk, sharing)));
 }
@@ -114,7 +114,7 @@ struct LeadPlan {
 // as fit `rounds` rounds of `slots` CTAs (at most a tile each and kTailMaxSplits); none if fewer
 // than min_splits fit, or too few to beat one split (rounds of 1 / splits each).
 LeadPlan lead_plan(int64_t lead_tokens, int64_t lead_splits, int64_t later, int64_t slots, int64_t tiles, int64_t min_splits,
-                          int64_t rounds = 1) {
+                   int64_t rounds = 1) {
   const int64_t fit = std::min<int64_t>({rounds * slots / later, tiles, detail::kTailMaxSplits});
   if (fit < min_splits) return {};
   const int64_t splits = whole_tile_splits(tiles, fit);
