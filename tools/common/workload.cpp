@@ -50,6 +50,8 @@ std::vector<int32_t> distinct(Rng& rng, int64_t n, int k) {
   all.resize(k);
   return all;
 }
+// Token t's entry of valid_counts (set): the last one for the tokens past them.
+int valid_count(const IndexSpec& s, int t) { return s.valid_counts[std::min<size_t>(t, s.valid_counts.size() - 1)]; }
 }  // namespace
 
 const char* to_string(IndexPattern p) {
@@ -88,7 +90,7 @@ std::vector<int32_t> make_indices(const IndexSpec& s, uint64_t seed) {
         std::vector<int32_t> v = distinct(rng, rows, k);
         // random with valid_counts: the token's first n entries, -1 after (a list of n rows).
         const size_t n = s.pattern == IndexPattern::random && !s.valid_counts.empty()
-                             ? static_cast<size_t>(std::clamp(s.valid_counts[std::min<size_t>(t, s.valid_counts.size() - 1)], 0, k))
+                             ? static_cast<size_t>(std::clamp(valid_count(s, t), 0, k))
                              : v.size();
         std::copy(v.begin(), v.begin() + n, row);
         if (s.pattern == IndexPattern::padding_middle) {
@@ -104,8 +106,7 @@ std::vector<int32_t> make_indices(const IndexSpec& s, uint64_t seed) {
         break;
       }
       case IndexPattern::runs: {
-        int n = s.valid_counts.empty() ? 1 + static_cast<int>(rng.below(s.topk))
-                                       : s.valid_counts[std::min<size_t>(t, s.valid_counts.size() - 1)];
+        int n = s.valid_counts.empty() ? 1 + static_cast<int>(rng.below(s.topk)) : valid_count(s, t);
         n = static_cast<int>(std::min<int64_t>({n, s.topk, rows}));
         const int64_t pages_needed = (n + s.page_size - 1) / s.page_size;
         const int64_t start = rng.below(std::max<int64_t>(1, s.num_pages - pages_needed + 1)) * s.page_size;
