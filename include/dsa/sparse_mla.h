@@ -62,8 +62,11 @@ enum class IndexSharing {
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
                 // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 as
                 // unknown, whatever the topk
-  none,         // tokens of different sequences (a decode batch): split_k at 16 heads, and at
-                // 32 with topk < 1024
+  none,         // no two tokens list the same row (a decode batch of one token per request):
+                // split_k at 16 heads, and at 32 with topk < 1024, without row order (which gains
+                // nothing there; docs/perf.md, "Separate requests"). Where a request has several
+                // tokens (MTP drafts), they share rows: unknown keeps row order, which reads the
+                // repeats from L2 (random lists at T = 264: 162 µs against 222 with none, run 521)
 };
 
 // All strides are in elements; 0 means "packed" (the default layout given in each comment).
