@@ -66,7 +66,8 @@ enum class IndexSharing {
                 // split_k at 16 heads, and at 32 with topk < 1024, without row order (which gains
                 // nothing there; docs/perf.md, "Separate requests"). Where a request has several
                 // tokens (MTP drafts), they share rows: unknown keeps row order, which reads the
-                // repeats from L2 (random lists at T = 264: 162 µs against 222 with none, run 521)
+                // repeats from L2 (random lists, whose tokens share rows, at T = 264: 162 µs against
+                // 222 with none, run 521; batches of MTP tokens themselves are not measured)
 };
 
 // All strides are in elements; 0 means "packed" (the default layout given in each comment).

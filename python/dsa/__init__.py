@@ -45,8 +45,9 @@ def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_sc
                        index_sharing="unknown", schedule=None, topk_length=None):
     """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
     writes into them (and returns them), allocating whichever is missing. index_sharing:
-    "unknown", "consecutive" (prefill) or "none" (decode, one token per request), the planner's hint. schedule: from
-    sparse_mla_schedule, for the balanced plan. topk_length: int32 [T], each token's list length."""
+    "unknown", "consecutive" (prefill) or "none" (decode, one token per request), the planner's
+    hint. schedule: from sparse_mla_schedule, for the balanced plan. topk_length: int32 [T], each
+    token's list length."""
     if out is None and lse is None:
         return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale),
                                                 index_sharing, schedule, topk_length)
