@@ -419,6 +419,13 @@ TEST(Workload, PatternsLookAsSpecified) {
   v = workload::make_indices(s, 6);
   for (int k = 0; k < 256; ++k) EXPECT_TRUE(v[7 * 256 + k] >= 1000 && v[7 * 256 + k] < 2000);
   s.num_tokens = 6;
+  s.tokens_per_sequence = 2;  // requests of 2 tokens (MTP): tokens 2r and 2r + 1 in span r
+  v = workload::make_indices(s, 6);
+  for (int t = 0; t < 6; ++t)
+    for (int k = 0; k < 256; ++k) EXPECT_TRUE(v[t * 256 + k] >= t / 2 * 1000 && v[t * 256 + k] < (t / 2 + 1) * 1000) << t;
+  EXPECT_NE(std::vector<int32_t>(v.begin(), v.begin() + 256), std::vector<int32_t>(v.begin() + 256, v.begin() + 512))
+      << "a request's tokens pick on their own";
+  s.tokens_per_sequence = 1;
   s.prefix_len = 300;  // a span shorter than topk: the whole span, -1 after
   s.topk = 512;
   v = workload::make_indices(s, 6);

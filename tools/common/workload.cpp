@@ -123,7 +123,8 @@ std::vector<int32_t> make_indices(const IndexSpec& s, uint64_t seed) {
       }
       case IndexPattern::sequences: {
         const int64_t span = std::max<int64_t>(1, std::min<int64_t>(s.prefix_len, rows));
-        const int64_t start = static_cast<int64_t>(t) * span % (rows / span * span);
+        const int64_t request = t / std::max(1, s.tokens_per_sequence);
+        const int64_t start = request * span % (rows / span * span);
         const int k = static_cast<int>(std::min<int64_t>(s.topk, span));
         const std::vector<int32_t> v = distinct(rng, span, k);
         for (int i = 0; i < k; ++i) row[i] = static_cast<int32_t>(start + v[i]);

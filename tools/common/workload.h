@@ -30,9 +30,10 @@ enum class IndexPattern {
   padding_middle,  // random rows with -1 scattered through the list, not only at the end
   duplicates,      // rows drawn from a handful of values, repeated
   out_of_range,    // random rows with some entries < -1 or >= num_rows
-  sequences,       // token t's distinct rows from its own span of prefix_len rows (multi-request decode:
-                   // no row shared between tokens while T x prefix_len <= the cache's rows; past
-                   // that the spans wrap around)
+  sequences,       // the distinct rows of token t from its request's span of prefix_len rows, request
+                   // t / tokens_per_sequence (multi-request decode: no row shared between requests
+                   // while the spans fit the cache's rows, past that they wrap around; a request's
+                   // tokens, MTP's drafts, pick independently, so they share ~topk / prefix_len)
 };
 
 const char* to_string(IndexPattern p);
@@ -49,8 +50,9 @@ struct IndexSpec {
   // for the tokens past the vector).
   std::vector<int> valid_counts;
   // shared_prefix: length of the sequence the last token sees (rows [0, prefix_len)); sequences:
-  // each token's span.
+  // each request's span.
   int prefix_len = 8192;
+  int tokens_per_sequence = 1;  // sequences: consecutive tokens of one request
 };
 
 // Row-major [num_tokens, topk] int32.

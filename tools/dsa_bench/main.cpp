@@ -45,7 +45,7 @@ struct Options : TimingOptions {
   std::string suite = "targets";
   std::string csv_path;
   // One custom case instead of a suite.
-  int T = 0, heads = 16, topk = 2048, page_size = 64, num_pages = 8462, prefix_len = 8192;
+  int T = 0, heads = 16, topk = 2048, page_size = 64, num_pages = 8462, prefix_len = 8192, seq_tokens = 1;
   std::string pattern = "random";
   std::vector<int> valid;
   // Read only each list's first positions, as a caller whose tokens' valid entries all sit there
@@ -83,6 +83,7 @@ std::vector<BenchCase> select_cases(const Options& o) {
     c.indices.pattern = workload::parse_pattern(o.pattern);
     c.indices.valid_counts = o.valid;
     c.indices.prefix_len = o.prefix_len;
+    c.indices.tokens_per_sequence = o.seq_tokens;
     return {c};
   }
   if (!o.workload_path.empty()) {
@@ -1064,6 +1065,8 @@ int main(int argc, char** argv) {
                  "duplicates, out_of_range; tools/common/workload.h)");
   app.add_option("--valid", o.valid, "custom case (runs, random): valid entries per token (comma-separated; the last value for the tokens past them)")->delimiter(',');
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix, sequences): sequence length");
+  app.add_option("--seq-tokens", o.seq_tokens, "custom case (sequences): consecutive tokens per request (MTP: 1 + drafts)")
+      ->check(CLI::Range(1, 1 << 20));
   const char* list_length_help =
       "off, L or auto: call with topk = L over each list's first L positions (the lists' stride unchanged), as a "
       "caller does whose tokens' valid entries all sit there (short contexts); auto: each case's own (its last valid "
