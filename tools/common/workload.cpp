@@ -69,6 +69,12 @@ const char* to_string(IndexPattern p) {
   return "?";
 }
 
+std::string pattern_names() {
+  std::string names;
+  for (IndexPattern p : kAll) names += (names.empty() ? "" : ", ") + std::string(to_string(p));
+  return names;
+}
+
 IndexPattern parse_pattern(const std::string& name) {
   for (IndexPattern p : kAll)
     if (name == to_string(p)) return p;

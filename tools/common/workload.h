@@ -38,6 +38,7 @@ enum class IndexPattern {
 
 const char* to_string(IndexPattern p);
 IndexPattern parse_pattern(const std::string& name);  // throws dsa::Error on an unknown name
+std::string pattern_names();                          // every pattern's name, comma-separated
 
 struct IndexSpec {
   IndexPattern pattern = IndexPattern::random;

@@ -1060,10 +1060,10 @@ int main(int argc, char** argv) {
   app.add_option("--topk", o.topk, "custom case: topk")->check(CLI::Range(1, 1 << 20));
   app.add_option("--page-size", o.page_size, "custom case: page size")->check(CLI::Range(1, 1 << 16));
   app.add_option("--num-pages", o.num_pages, "custom case: pages in the cache")->check(CLI::Range(1, 1 << 22));
-  app.add_option("--pattern", o.pattern,
-                 "custom case: index pattern (random, runs, shared_prefix, sequences, all_padding, single_valid, padding_middle, "
-                 "duplicates, out_of_range; tools/common/workload.h)");
-  app.add_option("--valid", o.valid, "custom case (runs, random): valid entries per token (comma-separated; the last value for the tokens past them)")->delimiter(',');
+  app.add_option("--pattern", o.pattern, "custom case: index pattern (" + dsa::workload::pattern_names() + "; tools/common/workload.h)");
+  app.add_option("--valid", o.valid,
+                 "custom case (runs, random): valid entries per token (comma-separated; the last value for the tokens past them)")
+      ->delimiter(',');
   app.add_option("--prefix-len", o.prefix_len, "custom case (shared_prefix, sequences): sequence length");
   app.add_option("--seq-tokens", o.seq_tokens, "custom case (sequences): consecutive tokens per request (MTP: 1 + drafts)")
       ->check(CLI::Range(1, 1 << 20));
