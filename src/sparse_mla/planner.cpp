@@ -252,6 +252,19 @@ struct PlannerContext {
   }
 };
 
+// Splits of 16-head groups with the consecutive hint: the fewest whose rounds of CTAs cost at
+// least 10 % less than those of fewer splits, counting a round of s-way splits as 1 / s of a
+// group's time (a CTA's union tiles take that long whether its wave is full or not: a group CTA
+// streams its rows at its own rate, ~0.04 us per row, until ~95 of them share the DRAM).
+int64_t consecutive_group_splits(int64_t groups, int64_t sm_count) {
+  int64_t best = 1, best_rounds = ceil_div(groups, sm_count);
+  for (int64_t s = 2; s <= detail::kSharedRowsConsecutiveMaxSplits; ++s) {
+    const int64_t rounds = ceil_div(groups * s, sm_count);
+    if (rounds * best * 10 < best_rounds * s * 9) best = s, best_rounds = rounds;  // rounds / s < 0.9 x best's
+  }
+  return best;
+}
+
 // What the planner would run on the shared-rows kernel, and whether that pays.
 struct SharedRowsPick {
   bool pays = false;
@@ -427,10 +440,30 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
         pick.splits = one_token_lead.splits > 0 ? one_token_lead.splits : c.one_token_splits(num_tokens);
       }
     }
-  } else if (tokens_per_group == 4)  // 16 heads
+  } else if (tokens_per_group == 4) {  // 16 heads
     pick.pays = hint_allows && shared_rows_fills_waves &&
                 (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
                                                       : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
+    // With consecutive, bf16 lists of >= 1024 also below and between whole waves, their groups
+    // split (consecutive_group_splits), from groups that fill 9/10 of a wave in 4 splits (T >= 117
+    // on 132 SMs). Runs 526-527 (H100, lists of 2048, split-K -> shared rows, us): MTP batches
+    // (2 tokens per request of 2560 rows, sharing ~80 % of them) T = 132 / 200 / 264 / 300 / 400 /
+    // 500 / 560 / 700 / 900 / 1200 118.5 / 174.1 / 223.6 / 253.1 / 341.4 / 414.8 / 459.1 / 582.8 /
+    // 728.5 / 978.9 -> 102.7 / 143.0 / 170.8 / 197.4 / 240.3 / 282.9 / 380.6 / 415.2 / 538.4 /
+    // 697.4 (4 / 2 / 2 / 3 / 1 / 1 / 3 / 3 / 4 / 2 splits); 3 per request T = 132 / 264 / 700
+    // 110.5 / 213.1 / 556.7 -> 84.8 / 140.1 / 397.1; prefill chunks of a 3072-row prefix T = 132 /
+    // 264 / 600 / 800 82.9 / 148.6 / 336.3 / 434.2 -> 53.9 / 85.6 / 213.1 / 255.0; of an 8192-row
+    // prefix (~25 % shared) T = 132 / 264 / 500 / 600 / 800 82.4 / 147.6 / 282.2 / 335.6 / 434.1
+    // -> 80.0 / 137.2 / 239.6 / 352.3 / 437.1. Below the line split-K wins (MTP T = 64 64.2
+    // against 79.2 with 4 splits; T = 100 94.8 against 91.7). fp8, whose split-K costs less, lost
+    // at most T (8192-row prefix T = 264 / 500 / 700 118.9 / 233.7 / 322.8 against 148.3 / 259.4
+    // / 387.4, MTP T = 300 / 560 172.9 / 302.3 against 192.4 / 359.0).
+    if (!pick.pays && sharing == IndexSharing::consecutive && !fp8 && topk >= detail::kSharedRowsLongList &&
+        shared_rows_ctas * detail::kSharedRowsConsecutiveMaxSplits * 10 >= int64_t{dev.sm_count} * 9) {
+      pick.pays = true;
+      pick.splits = consecutive_group_splits(shared_rows_ctas, dev.sm_count);
+    }
+  }
   return pick;
 }
 

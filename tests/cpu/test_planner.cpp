@@ -154,7 +154,7 @@ TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
   EXPECT_TRUE(plan_sparse_mla(512, 16, 256, kH100).row_order);
   EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, {}, IndexSharing::none).row_order);         // nothing to share
   EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, {}, IndexSharing::consecutive).row_order);  // shared rows' unions
-  EXPECT_FALSE(plan_sparse_mla(256, 16, 2048, kH100, {}, IndexSharing::consecutive).row_order);   // split-K, rows in L2
+  EXPECT_FALSE(plan_sparse_mla(64, 16, 2048, kH100, {}, IndexSharing::consecutive).row_order);    // split-K, rows in L2
   // Shared rows: at 64 and 128 heads with a union pass (each token's list sorted there), never
   // at 16 or 32 heads (unions of several tokens are in row order) or without a union pass.
   EXPECT_TRUE(plan_sparse_mla(1024, 64, 2048, kH100).row_order);
@@ -239,16 +239,37 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, small_smem).kernel, SparseMlaKernel::split_k);
 }
 
-// The caller's hint moves the threshold at 16 heads: "consecutive" (prefill) takes shared rows
-// from T = 512 (128 CTAs, one wave 97 % full), "none" (decode) never; whole waves are still
-// required.
+// The caller's hint moves the threshold at 16 heads: "consecutive" (prefill, MTP decode) takes
+// shared rows from T = 512 in whole waves of 4-token groups, and for bf16 lists of >= 1024 from
+// T = 117 with the groups split where their waves are not full (consecutive_group_splits);
+// "none" (decode) never.
 TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
-  const auto kernel = [](int T, int H, IndexSharing sharing) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
-  for (int T : {512, 1024, 2048, 4096, 8192})
+  const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
+    return plan_sparse_mla(T, 16, topk, kH100, {}, sharing, kv);
+  };
+  const auto kernel = [&](int T, int H, IndexSharing sharing) { return plan_sparse_mla(T, H, 2048, kH100, {}, sharing).kernel; };
+  for (int T : {512, 1024, 2048, 4096, 8192}) {
     EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T;
-  // 64 CTAs (half a wave), 150 CTAs (2 waves, 57 %), 511 tokens: split-K.
-  for (int T : {1, 256, 511, 600})
-    EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(plan(T, IndexSharing::consecutive).splits, 1) << T;
+  }
+  // Groups (T / 4) x splits against rounds of 132: 30 x 4 (T = 117), 64 x 2, 75 x 3 (2 rounds of
+  // 1/3), 128 x 1 (T = 511, one wave), 150 x 3 (4 rounds of 1/3), 225 x 4, 300 x 2, 550 x 3.
+  for (auto [T, splits] : {std::pair{117, 4}, std::pair{256, 2}, std::pair{300, 3}, std::pair{511, 1}, std::pair{600, 3},
+                           std::pair{900, 4}, std::pair{1200, 2}, std::pair{2200, 3}}) {
+    const SparseMlaPlan p = plan(T, IndexSharing::consecutive);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << T;
+    EXPECT_EQ(p.splits, splits) << T;
+    EXPECT_EQ(p.ctas, (T + 3) / 4 * splits) << T;
+    EXPECT_TRUE(p.union_pass) << T;
+  }
+  // 29 groups (T = 116) fill less than 9/10 of a wave in 4 splits; lists of 1023, and an fp8
+  // cache, keep the old line (whole waves from T = 512).
+  for (int T : {1, 64, 116}) EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::split_k) << T;
+  for (int T : {256, 600}) {
+    EXPECT_EQ(plan(T, IndexSharing::consecutive, 1023).kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(plan(T, IndexSharing::consecutive, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
+  }
+  EXPECT_EQ(plan(512, IndexSharing::consecutive, 1023).kernel, SparseMlaKernel::shared_rows);
   for (int T : {512, 1024, 2048, 4096, 8192}) EXPECT_EQ(kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   // unknown is the default: shared rows from T = 2048.
   EXPECT_EQ(kernel(1024, 16, IndexSharing::unknown), SparseMlaKernel::split_k);

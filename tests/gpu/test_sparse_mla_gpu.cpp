@@ -362,6 +362,37 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
   }
 }
 
+// MTP decode batches (2 tokens per request picking from its 2560 rows; some entries -1) with the
+// consecutive hint at 16 heads: below and between whole waves of 4-token groups the planner
+// splits their union tiles (on 132 SMs T = 117 / 200 / 300 / 600 / 900: 4 / 2 / 3 / 3 / 4
+// splits; T = 400 one). Every plan agrees with the reference.
+TEST_F(Gpu, ConsecutiveHintSplitsGroupsOfMtpBatches) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (auto [T, splits] : {std::pair{117, 4}, std::pair{200, 2}, std::pair{300, 3}, std::pair{400, 1}, std::pair{600, 3}, std::pair{900, 4}}) {
+    HostProblem hp;
+    hp.T = T;
+    hp.H = 16;
+    hp.topk = 2048;
+    hp.page_size = 64;
+    hp.num_pages = (T / 2) * 40 + 64;
+    workload::IndexSpec spec;
+    spec.pattern = IndexPattern::sequences;
+    spec.prefix_len = 2560;
+    spec.tokens_per_sequence = 2;
+    hp.fill(spec, seed_of(T, 16, 2048, 2));
+    std::mt19937 rng(T);
+    for (int32_t& r : hp.indices)
+      if (rng() % 16 == 0) r = -1;  // -1 anywhere
+    const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, IndexSharing::consecutive);
+    if (dev.sm_count == 132) {  // H100, H200
+      EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T;
+      EXPECT_EQ(plan.splits, splits) << T;
+    }
+    const Agreement a = run_and_compare(hp, &plan);
+    EXPECT_TRUE(a.ok()) << "T " << T << " (splits " << plan.splits << "): " << a.summary();
+  }
+}
+
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
 // 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 one
