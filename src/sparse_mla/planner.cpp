@@ -444,21 +444,20 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     pick.pays = hint_allows && shared_rows_fills_waves &&
                 (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
                                                       : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
-    // With consecutive, bf16 lists of >= 1024 also below and between whole waves, their groups
+    // With consecutive, bf16 lists of >= 2048 also below and between whole waves, their groups
     // split (consecutive_group_splits), from groups that fill 9/10 of a wave in 4 splits (T >= 117
-    // on 132 SMs). Runs 526-527 (H100, lists of 2048, split-K -> shared rows, us): MTP batches
-    // (2 tokens per request of 2560 rows, sharing ~80 % of them) T = 132 / 200 / 264 / 300 / 400 /
-    // 500 / 560 / 700 / 900 / 1200 118.5 / 174.1 / 223.6 / 253.1 / 341.4 / 414.8 / 459.1 / 582.8 /
-    // 728.5 / 978.9 -> 102.7 / 143.0 / 170.8 / 197.4 / 240.3 / 282.9 / 380.6 / 415.2 / 538.4 /
-    // 697.4 (4 / 2 / 2 / 3 / 1 / 1 / 3 / 3 / 4 / 2 splits); 3 per request T = 132 / 264 / 700
-    // 110.5 / 213.1 / 556.7 -> 84.8 / 140.1 / 397.1; prefill chunks of a 3072-row prefix T = 132 /
-    // 264 / 600 / 800 82.9 / 148.6 / 336.3 / 434.2 -> 53.9 / 85.6 / 213.1 / 255.0; of an 8192-row
-    // prefix (~25 % shared) T = 132 / 264 / 500 / 600 / 800 82.4 / 147.6 / 282.2 / 335.6 / 434.1
-    // -> 80.0 / 137.2 / 239.6 / 352.3 / 437.1. Below the line split-K wins (MTP T = 64 64.2
-    // against 79.2 with 4 splits; T = 100 94.8 against 91.7). fp8, whose split-K costs less, lost
-    // at most T (8192-row prefix T = 264 / 500 / 700 118.9 / 233.7 / 322.8 against 148.3 / 259.4
-    // / 387.4, MTP T = 300 / 560 172.9 / 302.3 against 192.4 / 359.0).
-    if (!pick.pays && sharing == IndexSharing::consecutive && !fp8 && topk >= detail::kSharedRowsLongList &&
+    // on 132 SMs). Run 528 (H100, split-K -> shared rows, us): MTP batches (2 tokens per request
+    // of 2560 rows, sharing ~80 % of them) T = 117 / 150 / 232 / 300 / 450 / 511 / 600 / 800 /
+    // 1100 / 1400 / 2200 109.6 / 138.6 / 204.7 / 253.2 / 380.0 / 420.9 / 490.4 / 653.4 / 888.6 /
+    // 1131.9 / 1764.6 -> 96.8 / 110.7 / 158.0 / 198.7 / 260.2 / 290.8 / 387.8 / 485.6 / 683.8 /
+    // 790.5 / 1230.6 (4 / 3 / 2 / 3 / 1 / 1 / 3 / 3 / 2 / 3 / 3 splits). Tokens that share ~25 %
+    // (uniform picks from an 8192-row prefix, or MTP over 8192-row contexts) come out even: T =
+    // 150 / 300 / 600 / 1100 / 2200 100.6 / 173.6 / 334.6 / 589.9 / 1166.1 -> 98.2 / 181.7 /
+    // 353.3 / 609.0 / 1067.2, T = 264 / 600 232.1 / 510.2 -> 225.2 / 536.6. Lists of 1024 lost
+    // (+4 to +37 %), and fp8, whose split-K costs less, lost at most T (runs 526-527: prefix T =
+    // 264 / 500 / 700 118.9 / 233.7 / 322.8 against 148.3 / 259.4 / 387.4). Below the line split-K
+    // wins (MTP T = 64 64.2 against 79.2 with 4 splits).
+    if (!pick.pays && sharing == IndexSharing::consecutive && !fp8 && topk >= detail::kSharedRowsConsecutiveMinList &&
         shared_rows_ctas * detail::kSharedRowsConsecutiveMaxSplits * 10 >= int64_t{dev.sm_count} * 9) {
       pick.pays = true;
       pick.splits = consecutive_group_splits(shared_rows_ctas, dev.sm_count);

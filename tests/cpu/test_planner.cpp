@@ -240,7 +240,7 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
 }
 
 // The caller's hint moves the threshold at 16 heads: "consecutive" (prefill, MTP decode) takes
-// shared rows from T = 512 in whole waves of 4-token groups, and for bf16 lists of >= 1024 from
+// shared rows from T = 512 in whole waves of 4-token groups, and for bf16 lists of >= 2048 from
 // T = 117 with the groups split where their waves are not full (consecutive_group_splits);
 // "none" (decode) never.
 TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
@@ -262,14 +262,14 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
     EXPECT_EQ(p.ctas, (T + 3) / 4 * splits) << T;
     EXPECT_TRUE(p.union_pass) << T;
   }
-  // 29 groups (T = 116) fill less than 9/10 of a wave in 4 splits; lists of 1023, and an fp8
+  // 29 groups (T = 116) fill less than 9/10 of a wave in 4 splits; lists of 2047, and an fp8
   // cache, keep the old line (whole waves from T = 512).
   for (int T : {1, 64, 116}) EXPECT_EQ(kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::split_k) << T;
   for (int T : {256, 600}) {
-    EXPECT_EQ(plan(T, IndexSharing::consecutive, 1023).kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(plan(T, IndexSharing::consecutive, 2047).kernel, SparseMlaKernel::split_k) << T;
     EXPECT_EQ(plan(T, IndexSharing::consecutive, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
   }
-  EXPECT_EQ(plan(512, IndexSharing::consecutive, 1023).kernel, SparseMlaKernel::shared_rows);
+  EXPECT_EQ(plan(512, IndexSharing::consecutive, 1024).kernel, SparseMlaKernel::shared_rows);
   for (int T : {512, 1024, 2048, 4096, 8192}) EXPECT_EQ(kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   // unknown is the default: shared rows from T = 2048.
   EXPECT_EQ(kernel(1024, 16, IndexSharing::unknown), SparseMlaKernel::split_k);
