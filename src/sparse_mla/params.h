@@ -196,8 +196,8 @@ inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 // needs a second wave); at 64 and 128 the fewest (head block, index position) pairs.
 inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
-// 16 heads with the consecutive hint, bf16 lists of >= kSharedRowsConsecutiveMinList (planner.cpp,
-// consecutive_group_splits): where whole waves of one-split groups do not fill the chip, each
+// 16 heads with the consecutive hint, bf16 lists of >= kSharedRowsConsecutiveMinList, below
+// fast memory (planner.cpp, consecutive_group_splits): where whole waves of one-split groups do not fill the chip, each
 // group's union tiles in up to kSharedRowsConsecutiveMaxSplits splits, from as many groups as
 // fill 9/10 of a wave so.
 inline constexpr int kSharedRowsConsecutiveMinList = 2048;

@@ -456,8 +456,13 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     // 353.3 / 609.0 / 1067.2, T = 264 / 600 232.1 / 510.2 -> 225.2 / 536.6. Lists of 1024 lost
     // (+4 to +37 %), and fp8, whose split-K costs less, lost at most T (runs 526-527: prefix T =
     // 264 / 500 / 700 118.9 / 233.7 / 322.8 against 148.3 / 259.4 / 387.4). Below the line split-K
-    // wins (MTP T = 64 64.2 against 79.2 with 4 splits).
-    if (!pick.pays && sharing == IndexSharing::consecutive && !fp8 && topk >= detail::kSharedRowsConsecutiveMinList &&
+    // wins (MTP T = 64 64.2 against 79.2 with 4 splits). Not on fast memory (params.h
+    // kFastMemoryEighths), where split-K's gather is 1.4x faster: the H200 gained less on MTP
+    // batches and lost more where ~25 % is shared (run 529: MTP T = 117 / 232 / 300 / 600 / 1100 /
+    // 2200 83.9 / 149.7 / 185.9 / 355.3 / 628.0 / 1237.3 -> 77.8 / 130.6 / 176.8 / 334.4 / 581.4 /
+    // 1034.1; 8192-row prefix T = 300 / 600 / 2200 162.2 / 317.8 / 1098.8 -> 182.3 / 352.1 /
+    // 1062.0; MTP over 8192-row contexts T = 600 364.0 -> 455.6).
+    if (!pick.pays && sharing == IndexSharing::consecutive && !fp8 && !c.fast_memory && topk >= detail::kSharedRowsConsecutiveMinList &&
         shared_rows_ctas * detail::kSharedRowsConsecutiveMaxSplits * 10 >= int64_t{dev.sm_count} * 9) {
       pick.pays = true;
       pick.splits = consecutive_group_splits(shared_rows_ctas, dev.sm_count);

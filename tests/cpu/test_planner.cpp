@@ -241,8 +241,8 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
 
 // The caller's hint moves the threshold at 16 heads: "consecutive" (prefill, MTP decode) takes
 // shared rows from T = 512 in whole waves of 4-token groups, and for bf16 lists of >= 2048 from
-// T = 117 with the groups split where their waves are not full (consecutive_group_splits);
-// "none" (decode) never.
+// T = 117 with the groups split where their waves are not full (consecutive_group_splits; not
+// on fast memory); "none" (decode) never.
 TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
   const auto plan = [](int T, IndexSharing sharing, int topk = 2048, KvCacheFormat kv = KvCacheFormat::bf16) {
     return plan_sparse_mla(T, 16, topk, kH100, {}, sharing, kv);
@@ -270,6 +270,9 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
     EXPECT_EQ(plan(T, IndexSharing::consecutive, 2048, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(plan(512, IndexSharing::consecutive, 1024).kernel, SparseMlaKernel::shared_rows);
+  // Not on fast memory (an H200), whose split-K gathers faster: the old line.
+  for (int T : {117, 300, 600}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH200, {}, IndexSharing::consecutive).kernel, SparseMlaKernel::split_k) << T;
+  EXPECT_EQ(plan_sparse_mla(512, 16, 2048, kH200, {}, IndexSharing::consecutive).kernel, SparseMlaKernel::shared_rows);
   for (int T : {512, 1024, 2048, 4096, 8192}) EXPECT_EQ(kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   // unknown is the default: shared rows from T = 2048.
   EXPECT_EQ(kernel(1024, 16, IndexSharing::unknown), SparseMlaKernel::split_k);
