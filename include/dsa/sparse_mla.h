@@ -60,14 +60,16 @@ enum class IndexSharing {
   unknown,      // the planner's default: shared_rows for 16 heads at T >= 2048 (prefill sizes;
                 // an fp8_ds_mla cache: never), for 32 heads with topk 512-1023 from T >= 256
   consecutive,  // consecutive tokens belong to one sequence and list many of the same rows
-                // (prefill, chunked prefill): shared_rows for 16 heads from T >= 512, 32 as
+                // (prefill, chunked prefill, a decode batch of several tokens per request: MTP):
+                // shared_rows for 16 heads from T >= 512 in whole waves, and with a bf16 cache and
+                // topk 2048 from T >= 117 (on 132 SMs) with each 4-token group's union split where
+                // its waves are not full (not on an H200, whose split-K gathers faster: there
+                // ~25 % shared rows lost up to 25 %; docs/perf.md "MTP decode batches"); 32 as
                 // unknown, whatever the topk
   none,         // no two tokens list the same row (a decode batch of one token per request):
                 // split_k at 16 heads, and at 32 with topk < 1024, without row order (which gains
                 // nothing there; docs/perf.md, "Separate requests"). Where a request has several
-                // tokens (MTP drafts), they share rows: unknown keeps row order, which reads the
-                // repeats from L2 (random lists, whose tokens share rows, at T = 264: 162 µs against
-                // 222 with none, run 521; batches of MTP tokens themselves are not measured)
+                // tokens (MTP drafts), they share rows: say consecutive (above)
 };
 
 // All strides are in elements; 0 means "packed" (the default layout given in each comment).
@@ -138,7 +140,9 @@ enum class SparseMlaKernel {
                 // once per token, not once per 16 heads. The planner picks it:
                 //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512;
                 //    from T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for
-                //    consecutive) when its CTAs fill >= 90 % of whole waves;
+                //    consecutive) when its CTAs fill >= 90 % of whole waves; for consecutive
+                //    with a bf16 cache and topk 2048 also from T >= 117 in up to 4 splits per
+                //    group (below 10/8 of the H100's bandwidth);
                 //  - 32 heads with topk >= 1024, whatever the hint, from T >= 16: one token per
                 //    CTA up to 1.7 waves (T <= 1.7 x the SM count); past them a bf16 cache 2
                 //    tokens per CTA or one (below; by a count of waves that the device's memory

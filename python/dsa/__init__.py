@@ -18,10 +18,11 @@ topk_length (FlashMLA's argument of that name): None, or int32 [T] on the same d
 list length: only sparse_indices[t, :topk_length[t]] is used (clamped to [0, topk]), whatever the
 entries past it hold. Pass the same tensor to sparse_mla_schedule and the forward.
 index_sharing tells the planner what the caller knows of the index lists: "consecutive" for
-prefill (consecutive tokens are one sequence's and share rows), "none" for a decode batch of one
-token per request (no row listed twice), "unknown" (the default) when the call may be either,
-and for decode with several tokens per request (MTP), whose shared rows the planner's row order
-reads from L2. It matters at 16 heads, and at 32 with topk < 1024, only.
+prefill and for decode with several tokens per request (MTP: a request's consecutive tokens
+share most of their rows; at 16 heads -12 to -34 % against "unknown" on an H100, docs/perf.md
+"MTP decode batches"), "none" for a decode batch of one token per request (no row listed twice),
+"unknown" (the default) when the call may be either. It matters at 16 heads, and at 32 with
+topk < 1024, only.
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths
@@ -45,7 +46,7 @@ def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_sc
                        index_sharing="unknown", schedule=None, topk_length=None):
     """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
     writes into them (and returns them), allocating whichever is missing. index_sharing:
-    "unknown", "consecutive" (prefill) or "none" (decode, one token per request), the planner's
+    "unknown", "consecutive" (prefill, MTP decode) or "none" (decode, one token per request), the planner's
     hint. schedule: from sparse_mla_schedule, for the balanced plan. topk_length: int32 [T], each
     token's list length."""
     if out is None and lse is None:
