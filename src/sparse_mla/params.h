@@ -197,9 +197,9 @@ inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 inline constexpr int kSharedRowsMinTokens = 2048;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 // 16 heads with the consecutive hint, bf16 lists of >= kSharedRowsConsecutiveMinList, below
-// fast memory (planner.cpp, consecutive_group_splits): where whole waves of one-split groups do not fill the chip, each
-// group's union tiles in up to kSharedRowsConsecutiveMaxSplits splits, from as many groups as
-// fill 9/10 of a wave so.
+// fast memory (planner.cpp, consecutive_group_splits): where whole waves of one-split groups do
+// not fill the chip, each group's union tiles in up to kSharedRowsConsecutiveMaxSplits splits,
+// from as many groups as fill 9/10 of a wave so.
 inline constexpr int kSharedRowsConsecutiveMinList = 2048;
 inline constexpr int kSharedRowsConsecutiveMaxSplits = 4;
 inline constexpr int kSharedRowsMinTokens32Heads = 256;

@@ -335,7 +335,8 @@ struct SharedRowsPick {
 //    takes shared rows from T = 2048 (prefill sizes) for lists of >= 512 positions (random T =
 //    2048 / 4096 at topk 64 93.5 / 171.1 vs 137.5 / 250.9, 256 251.9 / 481.4 vs 280.8 / 539.9,
 //    512 440.4 / 873.7 vs 426.3 / 833.1, 1024 769.2 / 1559.1 vs 717.5 / 1425.8; run 400), with
-//    consecutive from T = 512 (128 groups, one wave; T = 256 is +82 %), with none never. An fp8
+//    consecutive from T = 512 (128 groups, one wave; T = 256 is +82 % unsplit; split groups
+//    below and between whole waves: below, consecutive_group_splits), with none never. An fp8
 //    cache only with consecutive: its split-K is so much cheaper that shared rows lose 46-54 %
 //    on lists that share no rows (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs
 //    T = 4096 1027 vs 1581) and gain only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192
