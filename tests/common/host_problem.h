@@ -84,9 +84,10 @@ struct HostProblem {
   }
 };
 
-// A filled problem in one line: sizes, an index pattern and a seed.
+// A filled problem in one line: sizes, an index pattern and a seed (prefix_len and
+// tokens_per_sequence: workload::IndexSpec's).
 inline HostProblem make_problem(int T, int H, int topk, int page_size, int num_pages, workload::IndexPattern pattern,
-                                uint64_t seed, int prefix_len = 8192) {
+                                uint64_t seed, int prefix_len = 8192, int tokens_per_sequence = 1) {
   HostProblem hp;
   hp.T = T;
   hp.H = H;
@@ -96,6 +97,7 @@ inline HostProblem make_problem(int T, int H, int topk, int page_size, int num_p
   workload::IndexSpec spec;
   spec.pattern = pattern;
   spec.prefix_len = prefix_len;
+  spec.tokens_per_sequence = tokens_per_sequence;
   hp.fill(spec, seed);
   return hp;
 }

@@ -370,17 +370,7 @@ TEST_F(Gpu, EveryIndexSharingHintAgreesAtPrefill512) {
 TEST_F(Gpu, ConsecutiveHintSplitsGroupsOfMtpBatches) {
   const DeviceInfo dev = DeviceInfo::from_device(0);
   for (auto [T, splits] : {std::pair{117, 4}, std::pair{200, 2}, std::pair{300, 3}, std::pair{400, 1}, std::pair{600, 3}, std::pair{900, 4}}) {
-    HostProblem hp;
-    hp.T = T;
-    hp.H = 16;
-    hp.topk = 2048;
-    hp.page_size = 64;
-    hp.num_pages = (T / 2) * 40 + 64;
-    workload::IndexSpec spec;
-    spec.pattern = IndexPattern::sequences;
-    spec.prefix_len = 2560;
-    spec.tokens_per_sequence = 2;
-    hp.fill(spec, seed_of(T, 16, 2048, 2));
+    HostProblem hp = make_problem(T, 16, 2048, 64, (T / 2) * 40 + 64, IndexPattern::sequences, seed_of(T, 16, 2048, 2), 2560, 2);
     std::mt19937 rng(T);
     for (int32_t& r : hp.indices)
       if (rng() % 16 == 0) r = -1;  // -1 anywhere
