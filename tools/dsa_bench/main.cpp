@@ -924,11 +924,12 @@ int run_export(const Options& o) {
 int run_inspect(const Options& o, int tokens_shown) {
   DeviceInfo dev{132, 232448, 9, 0};  // an H100 unless a device says otherwise
   std::string dev_name = "H100 (described)";
+  int64_t l2_bytes = int64_t{50} << 20;  // the H100's
   int devices = 0;
   if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
     dev = DeviceInfo::from_device(0);
     cudaDeviceProp prop{};
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) dev_name = prop.name;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) dev_name = prop.name, l2_bytes = prop.l2CacheSize;
   }
   for (const BenchCase& c : select_cases(o)) {
     const auto& s = c.indices;
@@ -960,8 +961,14 @@ int run_inspect(const Options& o, int tokens_shown) {
                 "pages touched %lld\n",
                 sum.tokens_left_packed, s.num_tokens, sum.tokens_sorted, s.num_tokens, sum.mean_runs,
                 sum.mean_longest_run, sum.mean_pages, static_cast<long long>(sum.pages_touched));
-    std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads\n",
-                static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction());
+    // Whether the distinct rows fit in L2 says where repeats come from: split-K reads the repeats
+    // of an L2-resident set (a prefill chunk's prefix) from L2, so shared rows gain less there
+    // than on repeats spread over a cache (MTP batches; perf.md "MTP decode batches").
+    const int64_t unique_bytes = sum.unique_rows * (kCkvDim + kKpeDim) * 2;
+    std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads; %.1f MB as bf16 "
+                "rows, %s L2 (%lld MB)\n",
+                static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction(), unique_bytes / 1048576.0,
+                unique_bytes <= l2_bytes ? "within" : "beyond", static_cast<long long>(l2_bytes >> 20));
     static_assert(analysis::kGroupTokens == detail::kSharedRowsBlocks, "the analysis groups tokens as the kernel does at 16 heads");
     // Where shared rows (the consecutive hint) won: it depends on where the rows lie too, since
     // split-K reads the repeats of an L2-resident prefix from L2 (perf.md runs 118, 528).
