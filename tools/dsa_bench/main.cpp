@@ -961,9 +961,9 @@ int run_inspect(const Options& o, int tokens_shown) {
                 "pages touched %lld\n",
                 sum.tokens_left_packed, s.num_tokens, sum.tokens_sorted, s.num_tokens, sum.mean_runs,
                 sum.mean_longest_run, sum.mean_pages, static_cast<long long>(sum.pages_touched));
-    // Whether the distinct rows fit in L2 says where repeats come from: split-K reads the repeats
-    // of an L2-resident set (a prefill chunk's prefix) from L2, so shared rows gain less there
-    // than on repeats spread over a cache (MTP batches; perf.md "MTP decode batches").
+    // Whether the distinct rows fit in L2 says where repeats can come from. Likely why shared rows
+    // gained less on an 8192-row prefix than on MTP batches (a reading, not measured: split-K ran
+    // ~32 % faster on the prefix at the same T, e.g. 334.6 against 490.4 us at T = 600, run 528).
     const int64_t unique_bytes = sum.unique_rows * (kCkvDim + kKpeDim) * 2;
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads; %.1f MB as bf16 "
                 "rows, %s L2 (%lld MB)\n",
