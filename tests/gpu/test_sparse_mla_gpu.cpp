@@ -375,7 +375,7 @@ TEST_F(Gpu, ConsecutiveHintSplitsGroupsOfMtpBatches) {
     for (int32_t& r : hp.indices)
       if (rng() % 16 == 0) r = -1;  // -1 anywhere
     DeviceInfo h100 = dev;
-    h100.memory_bandwidth_gbs = 3352;  // the H100's plan on either card
+    h100.memory_bandwidth_gbs = static_cast<int>(detail::kH100BandwidthGbs);  // the H100's plan on either card
     const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, h100, {}, IndexSharing::consecutive);
     if (dev.sm_count == 132) {  // H100, H200
       EXPECT_EQ(plan.kernel, SparseMlaKernel::shared_rows) << T;

@@ -964,7 +964,7 @@ int run_inspect(const Options& o, int tokens_shown) {
     // Whether the distinct rows fit in L2 says where repeats can come from. Likely why shared rows
     // gained less on an 8192-row prefix than on MTP batches (a reading, not measured: split-K ran
     // ~32 % faster on the prefix at the same T, e.g. 334.6 against 490.4 us at T = 600, run 528).
-    const int64_t unique_bytes = sum.unique_rows * (kCkvDim + kKpeDim) * 2;
+    const int64_t unique_bytes = sum.unique_rows * kRowBytes;
     std::printf("         unique rows %lld: %.1f%% of valid entries are rows another entry also reads; %.1f MB as bf16 "
                 "rows, %s L2 (%lld MB)\n",
                 static_cast<long long>(sum.unique_rows), 100.0 * sum.shared_fraction(), unique_bytes / 1048576.0,
