@@ -141,6 +141,11 @@
 //                wave take two rounds too, and the half-wave lead needs only 4 later splits
 //                (lists of 2048). H200, runs 508 / 515 (us): 16 heads T = 420 / 700 283.6 /
 //                420.3 -> 257.7 / 397.6, T = 170 / 190 142.0 / 142.6 -> 121.2 / 131.8.
+//   v28          fp8 row gathers without .L2::128B (bf16 rows keep it): a 656-byte row spans 6
+//                128-byte lines, so L2 read 1.63 GB from DRAM where 1.50 (64-byte granules) serve.
+//                Run 534, fp8 separate requests (sequences, hint none), A/B: T = 264 / 528 / 1024 /
+//                2048 163.4 / 314.2 / 596.0 / 1195.3 -> 156.2 / 300.6 / 570.8 / 1141.1, T = 64
+//                54.5 -> 53.1 (.L2::64B the same).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -289,7 +294,7 @@ static_assert(kFp8ScaleDims * kWarps == kCkvDim, "a scale block per warp");
 
 // Gathers `count` (<= BK) rows listed in rows[] into a tile, one row per warp at a time: lanes
 // take ckv chunks l and l+32, lanes 0-7 the kpe chunk. Rows past count are zero-filled so that
-// masked keys multiply finite zeros. L2 fetches whole 128-byte lines for them (-1 % at T >= 64).
+// masked keys multiply finite zeros. L2 fetches whole 128-byte lines for bf16 rows (-1 % at T >= 64).
 // kFp8: the row's 41 chunks as they are stored, lane l chunk l and lanes 0-8 chunk 32 + l (the
 // scales and kpe).
 template <int BK, bool kFp8>
@@ -305,10 +310,12 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
     if constexpr (kFp8) {
       const uint8_t* src = reinterpret_cast<const uint8_t*>(p.ckv) + row * p.ckv_row_stride + lane * 16;
       const uint32_t dst = base + r * kFp8RowBytes;
-      ptx::cp_async_16_l2_128b(dst, src, bytes);
+      // No .L2::128B here: a 656-byte row at its 656-byte stride spans 6 such lines (768 B) where
+      // DRAM's 64-byte granules give 704 B; the hint read 1.09x the bytes and cost 3-5 % (run 534).
+      ptx::cp_async_16(dst, src, bytes);
       // One predicated copy for the side chunks: as an if / else if between kpe and scale lanes
       // it cost 4-5 % at T >= 256 (run 336).
-      if (lane <= kKpeDim * 2 / 16) ptx::cp_async_16_l2_128b(dst + kFp8ScalesOffset, src + kFp8ScalesOffset, bytes);
+      if (lane <= kKpeDim * 2 / 16) ptx::cp_async_16(dst + kFp8ScalesOffset, src + kFp8ScalesOffset, bytes);
     } else {
       const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
       const uint32_t dst = base + r * kRowBytes;
