@@ -22,7 +22,8 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint3
 
 // As cp_async_16, asking L2 to fetch the whole 128-byte line from DRAM (.L2::128B): for gathered
 // bf16 rows, -1 to -1.5 % at T >= 64 in split-K (docs/perf.md run 68; .L2::256B was +1-2 %). Not
-// for rows that do not start and end on a line (fp8_ds_mla's 656 B: 17 % more bytes, run 534).
+// for rows that do not start and end on a line (fp8_ds_mla's 656 B: 768 B of lines where DRAM's
+// 64-byte granules give 704, 1.09x the bytes, run 534).
 __device__ __forceinline__ void cp_async_16_l2_128b(uint32_t dst, const void* src, uint32_t src_bytes = 16) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
