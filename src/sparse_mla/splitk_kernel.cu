@@ -12,7 +12,8 @@
 //      keeping dims [144w, 144w+144) for the whole CTA.
 //   4. Scores: warp w computes the partial S = Q[:, its dims] K[:, its dims]^T for all keys of
 //      the tile; the 4 partials are summed through shared memory, so every warp holds the full S
-//      and runs the same online softmax (base 2).
+//      and runs the same online softmax (base 2). fp8: warp w sums and exponentiates only its own
+//      quarter of the keys, and the rows' maxima and P meet in shared memory (v29).
 //   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
 //   6. Epilogue: bf16 out + lse when splits == 1 (the tile staged in shared memory by stmatrix,
 //      written as whole rows), else bf16 partials straight from the fragments + the split's
@@ -141,6 +142,14 @@
 //                wave take two rounds too, and the half-wave lead needs only 4 later splits
 //                (lists of 2048). H200, runs 508 / 515 (us): 16 heads T = 420 / 700 283.6 /
 //                420.3 -> 257.7 / 397.6, T = 170 / 190 142.0 / 142.6 -> 121.2 / 131.8.
+//   v29          fp8: the softmax split over the warps by keys: warp w sums the partial S of its own
+//                BK/32 n-tiles only, the rows' maxima meet in shared memory, w exponentiates its own
+//                keys and writes P (fp32) for all; each warp scales P by its block's key scales. Two
+//                barriers more per tile, ~1/4 of the softmax's instructions, 243 -> 201 registers.
+//                Runs 544-545, A/B twice (us): H200 fp8 separate requests T = 264 / 1024 / 2048
+//                126.6 / 470 / 923.6 -> 117.8 / 425.6 / 840.8, random T = 256 / 1024 124 / 474 ->
+//                111.5 / 424.5; H100 random T = 256 / 1024 128.7 / 479 -> 119.4 / 438.4, separate
+//                requests T = 1024 571.6 -> 562.3; T <= 64 within 0.3 us on both.
 //   v28          fp8 row gathers without .L2::128B (bf16 rows keep it): a 656-byte row spans 6
 //                128-byte lines, so L2 read 1.63 GB from DRAM where 1.50 (64-byte granules) serve.
 //                Run 534, fp8 separate requests (sequences, hint none), A/B: T = 264 / 528 / 1024 /
@@ -922,6 +931,14 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   const int v_key = (lane & 7) + (((lane >> 3) & 1) << 3), v_dim = (lane >> 4) * 8;  // V (B, trans)
   const int quad_col = (lane % 4) * 2;
   float4* s_exchange = reinterpret_cast<float4*>(s_scratch);
+  // fp8: the softmax is split over the warps by keys (kOwnTiles n-tiles each) instead of each
+  // warp repeating it over the whole tile: fp8 is bound by its warps' instruction chains, not by
+  // bytes (-7 to -10 % on the H200, -8 % at T = 1024 random on the H100, run 544-545). bf16 keeps
+  // the repeated softmax (one barrier and one P exchange less per tile), not measured split.
+  constexpr bool kSplitSoftmax = kFp8;
+  constexpr int kOwnTiles = kNTiles / kWarps;
+  static_assert(!kSplitSoftmax || kNTiles % kWarps == 0, "split softmax: whole n-tiles per warp");
+  __shared__ __align__(16) float s_row_max[kSplitSoftmax ? kHeadGroup : 1][kWarps];
 
   for (int it = 0; it < ntiles; ++it) {
     ptx::cp_async_wait<STAGES - 2>();
@@ -985,106 +1002,173 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     for (int j = 0; j < kNTiles; ++j)
       s_exchange[(warp * kNTiles + j) * 32 + lane] = make_float4(s_acc[j][0], s_acc[j][1], s_acc[j][2], s_acc[j][3]);
     __syncthreads();
+    uint32_t p_frag[BK / 16][4];
+    if constexpr (kSplitSoftmax) {
+      // Warp w sums and exponentiates only its own kOwnTiles n-tiles of keys; the rows' maxima
+      // meet in s_row_max, and the P values (fp32, before any block scale) in the exchange area,
+      // which every warp has read its partial sums from by then.
+      float own[kOwnTiles][4];
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      float4 sum = s_exchange[j * 32 + lane];
+      for (int jo = 0; jo < kOwnTiles; ++jo) {
+        const int j = warp * kOwnTiles + jo;
+        float4 sum = s_exchange[j * 32 + lane];
 #pragma unroll
-      for (int w = 1; w < kWarps; ++w) {
-        const float4 v = s_exchange[(w * kNTiles + j) * 32 + lane];
-        sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        for (int w = 1; w < kWarps; ++w) {
+          const float4 v = s_exchange[(w * kNTiles + j) * 32 + lane];
+          sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        own[jo][0] = sum.x; own[jo][1] = sum.y; own[jo][2] = sum.z; own[jo][3] = sum.w;
       }
-      s_acc[j][0] = sum.x; s_acc[j][1] = sum.y; s_acc[j][2] = sum.z; s_acc[j][3] = sum.w;
-    }
-
-    if constexpr (kStage == kStageScores) {
+      const int keys_left = nvalid - it * BK;
+      if (keys_left < BK) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) l_run[0] += s_acc[j][0] + s_acc[j][1] + s_acc[j][2] + s_acc[j][3];
-      continue;
-    }
-
-    // Online softmax, base 2, on raw scores: exp2(s c - m) is one FFMA (c = |scale_log2|, Q
-    // negated for a negative scale) and each row's tile max is scaled once. Keys past nvalid
-    // (only in the last tile) are -inf. O and l are rescaled only when some row's max grows (the
-    // branch is warp-uniform); fp8 lets the running max trail a tile's by up to
-    // kFp8RescaleSlack, so most tiles skip O's 64 multiplies (P, f16, stays below 2^8). bf16
-    // keeps the exact max: its P is bf16, and a max key's weight of exactly 1 keeps the largest
-    // term free of rounding (with the slack, Fp8AgreesWithTheBf16CacheOfItsValues' bf16-fp8
-    // difference grew to 2.2e-3, and bf16 gained nothing: it is L2-bound, perf.md run 357).
-    const int keys_left = nvalid - it * BK;
-    if (keys_left < BK) {
+        for (int jo = 0; jo < kOwnTiles; ++jo)
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
+          for (int e = 0; e < 4; ++e)
+            if ((warp * kOwnTiles + jo) * 8 + quad_col + (e & 1) >= keys_left) own[jo][e] = -INFINITY;
+      }
+      float own_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (j * 8 + quad_col + (e & 1) >= keys_left) s_acc[j][e] = -INFINITY;
-    }
-    float tile_max[2] = {-INFINITY, -INFINITY};
+      for (int jo = 0; jo < kOwnTiles; ++jo) {
+        own_max[0] = fmaxf(own_max[0], fmaxf(own[jo][0], own[jo][1]));
+        own_max[1] = fmaxf(own_max[1], fmaxf(own[jo][2], own[jo][3]));
+      }
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      tile_max[0] = fmaxf(tile_max[0], fmaxf(s_acc[j][0], s_acc[j][1]));
-      tile_max[1] = fmaxf(tile_max[1], fmaxf(s_acc[j][2], s_acc[j][3]));
-    }
+      for (int r = 0; r < 2; ++r) {
+        own_max[r] = fmaxf(own_max[r], __shfl_xor_sync(0xffffffffu, own_max[r], 1));
+        own_max[r] = fmaxf(own_max[r], __shfl_xor_sync(0xffffffffu, own_max[r], 2));
+      }
+      const int g = lane / 4;
+      if (lane % 4 == 0) s_row_max[g][warp] = own_max[0], s_row_max[g + 8][warp] = own_max[1];
+      __syncthreads();  // the partials read by every warp; the rows' maxima visible
+      float tile_max[2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      tile_max[r] *= s_scale;  // finite: every tile has a valid key
-    }
-    constexpr float kSlack = kFp8 ? kFp8RescaleSlack : 0.f;
-    bool rescale = tile_max[0] > m_run[0] + kSlack || tile_max[1] > m_run[1] + kSlack;
-    // fp8: P is multiplied per key by its block scale / o_unit, the largest scale of this warp's
-    // block so far (so P stays below 2^kFp8RescaleSlack for f16), and O is kept in units of o_unit.
-    float p_scale[kFp8 ? kNTiles : 1][2], unit_new = 1.f;
-    if constexpr (kFp8) {
+      for (int r = 0; r < 2; ++r) {
+        const float4 m4 = *reinterpret_cast<const float4*>(s_row_max[g + 8 * r]);
+        tile_max[r] = fmaxf(fmaxf(m4.x, m4.y), fmaxf(m4.z, m4.w)) * s_scale;  // finite: every tile has a valid key
+      }
+      // The running max is the same in every warp (the same tile maxima). It may trail a tile's max
+      // by up to kFp8RescaleSlack, so most tiles skip O's 64 multiplies (P, f16, stays below 2^8).
+      // P is multiplied per key by its block scale / o_unit, the largest scale of this warp's block
+      // so far, and O is kept in units of o_unit: each warp's unit moves on its own and rescales
+      // only this warp's O.
+      const bool m_grows = __any_sync(0xffffffffu, tile_max[0] > m_run[0] + kFp8RescaleSlack || tile_max[1] > m_run[1] + kFp8RescaleSlack);
       float m_tile = 0.f;
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) m_tile = fmaxf(m_tile, fmaxf(fabsf(key_scale[j][0]), fabsf(key_scale[j][1])));
       m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));  // the quad's lanes hold the tile's keys
       m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
-      unit_new = fmaxf(o_unit, m_tile);
-      rescale |= unit_new > o_unit;  // the same in every lane
-    }
-    if (__any_sync(0xffffffffu, rescale)) {
-      float alpha[2];
+      const float unit_new = fmaxf(o_unit, m_tile);
+      if (m_grows || unit_new > o_unit) {
+        float alpha[2] = {1.f, 1.f};
+        if (m_grows) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float m_new = fmaxf(m_run[r], tile_max[r]);
-        alpha[r] = ptx::exp2_approx(m_run[r] - m_new);  // 0 on the first tile, where O and l are 0
-        m_run[r] = m_new;
-        l_run[r] *= alpha[r];
-      }
-      if constexpr (kFp8) {
-        // Every scale so far 0: their values are 0, P x 0 either way, and O stays 0 until a
-        // scale is not (a unit of 1 here would flush the P of later, tiny scales in f16).
+          for (int r = 0; r < 2; ++r) {
+            const float m_new = fmaxf(m_run[r], tile_max[r]);
+            alpha[r] = ptx::exp2_approx(m_run[r] - m_new);  // 0 on the first tile, where O and l are 0
+            m_run[r] = m_new;
+            l_run[r] *= alpha[r];
+          }
+        }
+        // Every scale so far 0: their values are 0, P x 0 either way, and O stays 0 until a scale
+        // is not (a unit of 1 here would flush the P of later, tiny scales in f16).
         inv_unit = unit_new > 0.f ? 1.f / unit_new : 0.f;
         const float o_ratio = o_unit * inv_unit;  // 0 on the first tile, where O is 0
         alpha[0] *= o_ratio, alpha[1] *= o_ratio;
         o_unit = unit_new;
+#pragma unroll
+        for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
+          o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
+          o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
+        }
       }
 #pragma unroll
-      for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
-        o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
-        o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
+      for (int jo = 0; jo < kOwnTiles; ++jo) {
+        const float p0 = ptx::exp2_approx(fmaf(own[jo][0], s_scale, -m_run[0]));
+        const float p1 = ptx::exp2_approx(fmaf(own[jo][1], s_scale, -m_run[0]));
+        const float p2 = ptx::exp2_approx(fmaf(own[jo][2], s_scale, -m_run[1]));
+        const float p3 = ptx::exp2_approx(fmaf(own[jo][3], s_scale, -m_run[1]));
+        l_run[0] += p0 + p1;  // this warp's keys only: the warps' sums meet after the loop
+        l_run[1] += p2 + p3;
+        s_exchange[(warp * kOwnTiles + jo) * 32 + lane] = make_float4(p0, p1, p2, p3);
       }
-    }
-    if constexpr (kFp8) {
+      __syncthreads();  // every warp's P visible
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) p_scale[j][0] = key_scale[j][0] * inv_unit, p_scale[j][1] = key_scale[j][1] * inv_unit;
-    }
-    uint32_t p_frag[BK / 16][4];
+      for (int j = 0; j < kNTiles; ++j) {
+        const float4 pj = s_exchange[j * 32 + lane];
+        const float c0 = key_scale[j][0] * inv_unit, c1 = key_scale[j][1] * inv_unit;
+        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_f16x2(pj.x * c0, pj.y * c1);
+        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_f16x2(pj.z * c0, pj.w * c1);
+      }
+    } else {  // bf16: every warp sums the whole S and runs the same softmax
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      const float p0 = ptx::exp2_approx(fmaf(s_acc[j][0], s_scale, -m_run[0]));
-      const float p1 = ptx::exp2_approx(fmaf(s_acc[j][1], s_scale, -m_run[0]));
-      const float p2 = ptx::exp2_approx(fmaf(s_acc[j][2], s_scale, -m_run[1]));
-      const float p3 = ptx::exp2_approx(fmaf(s_acc[j][3], s_scale, -m_run[1]));
-      l_run[0] += p0 + p1;
-      l_run[1] += p2 + p3;
-      // C fragment of n-tile j -> half of the A fragment of k-step j/2.
-      if constexpr (kFp8) {
-        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_f16x2(p0 * p_scale[j][0], p1 * p_scale[j][1]);
-        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_f16x2(p2 * p_scale[j][0], p3 * p_scale[j][1]);
-      } else {
+      for (int j = 0; j < kNTiles; ++j) {
+        float4 sum = s_exchange[j * 32 + lane];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) {
+          const float4 v = s_exchange[(w * kNTiles + j) * 32 + lane];
+          sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+        }
+        s_acc[j][0] = sum.x; s_acc[j][1] = sum.y; s_acc[j][2] = sum.z; s_acc[j][3] = sum.w;
+      }
+
+      if constexpr (kStage == kStageScores) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) l_run[0] += s_acc[j][0] + s_acc[j][1] + s_acc[j][2] + s_acc[j][3];
+        continue;
+      }
+
+      // Online softmax, base 2, on raw scores: exp2(s c - m) is one FFMA (c = |scale_log2|, Q
+      // negated for a negative scale) and each row's tile max is scaled once. Keys past nvalid
+      // (only in the last tile) are -inf. O and l are rescaled only when some row's max grows (the
+      // branch is warp-uniform). bf16 keeps the exact max: its P is bf16, and a max key's weight of
+      // exactly 1 keeps the largest term free of rounding (with fp8's slack,
+      // Fp8AgreesWithTheBf16CacheOfItsValues' bf16-fp8 difference grew to 2.2e-3, and bf16 gained
+      // nothing: it is L2-bound, perf.md run 357).
+      const int keys_left = nvalid - it * BK;
+      if (keys_left < BK) {
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (j * 8 + quad_col + (e & 1) >= keys_left) s_acc[j][e] = -INFINITY;
+      }
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(s_acc[j][0], s_acc[j][1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(s_acc[j][2], s_acc[j][3]));
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+        tile_max[r] *= s_scale;  // finite: every tile has a valid key
+      }
+      if (__any_sync(0xffffffffu, tile_max[0] > m_run[0] || tile_max[1] > m_run[1])) {
+        float alpha[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float m_new = fmaxf(m_run[r], tile_max[r]);
+          alpha[r] = ptx::exp2_approx(m_run[r] - m_new);  // 0 on the first tile, where O and l are 0
+          m_run[r] = m_new;
+          l_run[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
+          o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
+          o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const float p0 = ptx::exp2_approx(fmaf(s_acc[j][0], s_scale, -m_run[0]));
+        const float p1 = ptx::exp2_approx(fmaf(s_acc[j][1], s_scale, -m_run[0]));
+        const float p2 = ptx::exp2_approx(fmaf(s_acc[j][2], s_scale, -m_run[1]));
+        const float p3 = ptx::exp2_approx(fmaf(s_acc[j][3], s_scale, -m_run[1]));
+        l_run[0] += p0 + p1;
+        l_run[1] += p2 + p3;
+        // C fragment of n-tile j -> half of the A fragment of k-step j/2.
         p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
         p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
       }
@@ -1141,6 +1225,19 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   for (int r = 0; r < 2; ++r) {
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+  if constexpr (kSplitSoftmax) {  // each warp summed its own keys' weights
+    const int g = lane / 4;
+    if (lane % 4 == 0) s_row_max[g][warp] = l_run[0], s_row_max[g + 8][warp] = l_run[1];
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float4 l4 = *reinterpret_cast<const float4*>(s_row_max[g + 8 * r]);
+      l_run[r] = (l4.x + l4.y) + (l4.z + l4.w);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const bool any = l_run[r] > 0.f;
     inv_l[r] = any ? ptx::rcp_approx(l_run[r]) : 0.f;
     if constexpr (kFp8) inv_l[r] *= o_unit;  // O from units of the last tile's largest scale
