@@ -662,6 +662,66 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
 // kFp8: an fp8_ds_mla cache (p.kv_fp8), 32-row tiles and the full kernel only: each landed tile's
 // e4m3 values become bf16 in place (convert_tile_to_bf16, exact), and the block scales enter S
 // and P in fp32 (the fp8 section above).
+// ---- the online softmax's steps on a warp's S fragments (rows g and g + 8, keys of n-tile j) ---
+// The 4 warps' partial S of n-tile j, summed (the exchange holds warp w's tile j at w * n_tiles + j).
+__device__ __forceinline__ void sum_partials(const float4* s_exchange, int n_tiles, int j, int lane, float (&acc)[4]) {
+  float4 sum = s_exchange[j * 32 + lane];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+    const float4 v = s_exchange[(w * n_tiles + j) * 32 + lane];
+    sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
+  }
+  acc[0] = sum.x; acc[1] = sum.y; acc[2] = sum.z; acc[3] = sum.w;
+}
+// Keys of n-tile j at or past keys_left (only in a tile's last n-tiles) to -inf.
+__device__ __forceinline__ void mask_keys(float (&acc)[4], int j, int quad_col, int keys_left) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    if (j * 8 + quad_col + (e & 1) >= keys_left) acc[e] = -INFINITY;
+}
+// Rows g and g + 8's max over N n-tiles, across the quad.
+template <int N>
+__device__ __forceinline__ void quad_row_max(const float (&acc)[N][4], float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    mx[0] = fmaxf(mx[0], fmaxf(acc[j][0], acc[j][1]));
+    mx[1] = fmaxf(mx[1], fmaxf(acc[j][2], acc[j][3]));
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+  }
+}
+// The running max moved to max(m, tile max); alpha rescales what was summed before (0 on the
+// first tile, where O and l are 0).
+__device__ __forceinline__ void raise_running_max(float (&m_run)[2], float (&l_run)[2], const float (&tile_max)[2], float (&alpha)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m_run[r], tile_max[r]);
+    alpha[r] = ptx::exp2_approx(m_run[r] - m_new);
+    m_run[r] = m_new;
+    l_run[r] *= alpha[r];
+  }
+}
+template <int N>
+__device__ __forceinline__ void scale_rows(float (&o)[N][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    o[j][0] *= alpha[0]; o[j][1] *= alpha[0];
+    o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
+  }
+}
+// exp2(s c - m) of an n-tile's fragment (one FFMA each), added to the row sums.
+__device__ __forceinline__ float4 tile_weights(const float (&acc)[4], float s_scale, const float (&m_run)[2], float (&l_run)[2]) {
+  const float4 p = make_float4(ptx::exp2_approx(fmaf(acc[0], s_scale, -m_run[0])), ptx::exp2_approx(fmaf(acc[1], s_scale, -m_run[0])),
+                               ptx::exp2_approx(fmaf(acc[2], s_scale, -m_run[1])), ptx::exp2_approx(fmaf(acc[3], s_scale, -m_run[1])));
+  l_run[0] += p.x + p.y;
+  l_run[1] += p.z + p.w;
+  return p;
+}
+
 // __launch_bounds__(128, 2): two CTAs per SM, as the ~100 KB of shared memory of 16- and 32-row
 // tiles allows, which still leaves ptxas up to 255 registers; without the minimum it capped the
 // 32-row kernels at 168 registers and spilled once the epilogue used stmatrix.
@@ -1008,36 +1068,14 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       // meet in s_row_max, and the P values (fp32, before any block scale) in the exchange area,
       // which every warp has read its partial sums from by then.
       float own[kOwnTiles][4];
-#pragma unroll
-      for (int jo = 0; jo < kOwnTiles; ++jo) {
-        const int j = warp * kOwnTiles + jo;
-        float4 sum = s_exchange[j * 32 + lane];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) {
-          const float4 v = s_exchange[(w * kNTiles + j) * 32 + lane];
-          sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
-        }
-        own[jo][0] = sum.x; own[jo][1] = sum.y; own[jo][2] = sum.z; own[jo][3] = sum.w;
-      }
       const int keys_left = nvalid - it * BK;
-      if (keys_left < BK) {
-#pragma unroll
-        for (int jo = 0; jo < kOwnTiles; ++jo)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if ((warp * kOwnTiles + jo) * 8 + quad_col + (e & 1) >= keys_left) own[jo][e] = -INFINITY;
-      }
-      float own_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int jo = 0; jo < kOwnTiles; ++jo) {
-        own_max[0] = fmaxf(own_max[0], fmaxf(own[jo][0], own[jo][1]));
-        own_max[1] = fmaxf(own_max[1], fmaxf(own[jo][2], own[jo][3]));
+        sum_partials(s_exchange, kNTiles, warp * kOwnTiles + jo, lane, own[jo]);
+        if (keys_left < BK) mask_keys(own[jo], warp * kOwnTiles + jo, quad_col, keys_left);
       }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        own_max[r] = fmaxf(own_max[r], __shfl_xor_sync(0xffffffffu, own_max[r], 1));
-        own_max[r] = fmaxf(own_max[r], __shfl_xor_sync(0xffffffffu, own_max[r], 2));
-      }
+      float own_max[2];
+      quad_row_max(own, own_max);
       const int g = lane / 4;
       if (lane % 4 == 0) s_row_max[g][warp] = own_max[0], s_row_max[g + 8][warp] = own_max[1];
       __syncthreads();  // the partials read by every warp; the rows' maxima visible
@@ -1061,37 +1099,18 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       const float unit_new = fmaxf(o_unit, m_tile);
       if (m_grows || unit_new > o_unit) {
         float alpha[2] = {1.f, 1.f};
-        if (m_grows) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const float m_new = fmaxf(m_run[r], tile_max[r]);
-            alpha[r] = ptx::exp2_approx(m_run[r] - m_new);  // 0 on the first tile, where O and l are 0
-            m_run[r] = m_new;
-            l_run[r] *= alpha[r];
-          }
-        }
+        if (m_grows) raise_running_max(m_run, l_run, tile_max, alpha);
         // Every scale so far 0: their values are 0, P x 0 either way, and O stays 0 until a scale
         // is not (a unit of 1 here would flush the P of later, tiny scales in f16).
         inv_unit = unit_new > 0.f ? 1.f / unit_new : 0.f;
         const float o_ratio = o_unit * inv_unit;  // 0 on the first tile, where O is 0
         alpha[0] *= o_ratio, alpha[1] *= o_ratio;
         o_unit = unit_new;
-#pragma unroll
-        for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
-          o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
-          o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
-        }
+        scale_rows(o_acc, alpha);
       }
 #pragma unroll
-      for (int jo = 0; jo < kOwnTiles; ++jo) {
-        const float p0 = ptx::exp2_approx(fmaf(own[jo][0], s_scale, -m_run[0]));
-        const float p1 = ptx::exp2_approx(fmaf(own[jo][1], s_scale, -m_run[0]));
-        const float p2 = ptx::exp2_approx(fmaf(own[jo][2], s_scale, -m_run[1]));
-        const float p3 = ptx::exp2_approx(fmaf(own[jo][3], s_scale, -m_run[1]));
-        l_run[0] += p0 + p1;  // this warp's keys only: the warps' sums meet after the loop
-        l_run[1] += p2 + p3;
-        s_exchange[(warp * kOwnTiles + jo) * 32 + lane] = make_float4(p0, p1, p2, p3);
-      }
+      for (int jo = 0; jo < kOwnTiles; ++jo)  // l: this warp's keys only; the warps' sums meet after the loop
+        s_exchange[(warp * kOwnTiles + jo) * 32 + lane] = tile_weights(own[jo], s_scale, m_run, l_run);
       __syncthreads();  // every warp's P visible
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
@@ -1102,15 +1121,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
     } else {  // bf16: every warp sums the whole S and runs the same softmax
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        float4 sum = s_exchange[j * 32 + lane];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) {
-          const float4 v = s_exchange[(w * kNTiles + j) * 32 + lane];
-          sum.x += v.x; sum.y += v.y; sum.z += v.z; sum.w += v.w;
-        }
-        s_acc[j][0] = sum.x; s_acc[j][1] = sum.y; s_acc[j][2] = sum.z; s_acc[j][3] = sum.w;
-      }
+      for (int j = 0; j < kNTiles; ++j) sum_partials(s_exchange, kNTiles, j, lane, s_acc[j]);
 
       if constexpr (kStage == kStageScores) {
 #pragma unroll
@@ -1128,49 +1139,22 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       const int keys_left = nvalid - it * BK;
       if (keys_left < BK) {
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (j * 8 + quad_col + (e & 1) >= keys_left) s_acc[j][e] = -INFINITY;
+        for (int j = 0; j < kNTiles; ++j) mask_keys(s_acc[j], j, quad_col, keys_left);
       }
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        tile_max[0] = fmaxf(tile_max[0], fmaxf(s_acc[j][0], s_acc[j][1]));
-        tile_max[1] = fmaxf(tile_max[1], fmaxf(s_acc[j][2], s_acc[j][3]));
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-        tile_max[r] *= s_scale;  // finite: every tile has a valid key
-      }
+      float tile_max[2];
+      quad_row_max(s_acc, tile_max);
+      tile_max[0] *= s_scale, tile_max[1] *= s_scale;  // finite: every tile has a valid key
       if (__any_sync(0xffffffffu, tile_max[0] > m_run[0] || tile_max[1] > m_run[1])) {
         float alpha[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float m_new = fmaxf(m_run[r], tile_max[r]);
-          alpha[r] = ptx::exp2_approx(m_run[r] - m_new);  // 0 on the first tile, where O and l are 0
-          m_run[r] = m_new;
-          l_run[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int j = 0; j < kDimsPerWarpV / 8; ++j) {
-          o_acc[j][0] *= alpha[0]; o_acc[j][1] *= alpha[0];
-          o_acc[j][2] *= alpha[1]; o_acc[j][3] *= alpha[1];
-        }
+        raise_running_max(m_run, l_run, tile_max, alpha);
+        scale_rows(o_acc, alpha);
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
-        const float p0 = ptx::exp2_approx(fmaf(s_acc[j][0], s_scale, -m_run[0]));
-        const float p1 = ptx::exp2_approx(fmaf(s_acc[j][1], s_scale, -m_run[0]));
-        const float p2 = ptx::exp2_approx(fmaf(s_acc[j][2], s_scale, -m_run[1]));
-        const float p3 = ptx::exp2_approx(fmaf(s_acc[j][3], s_scale, -m_run[1]));
-        l_run[0] += p0 + p1;
-        l_run[1] += p2 + p3;
+        const float4 pj = tile_weights(s_acc[j], s_scale, m_run, l_run);
         // C fragment of n-tile j -> half of the A fragment of k-step j/2.
-        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(p0, p1);
-        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(p2, p3);
+        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_bf16x2(pj.x, pj.y);
+        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_bf16x2(pj.z, pj.w);
       }
     }
     if constexpr (kStage == kStageSoftmax) continue;
