@@ -993,7 +993,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   float4* s_exchange = reinterpret_cast<float4*>(s_scratch);
   // fp8: the softmax is split over the warps by keys (kOwnTiles n-tiles each) instead of each
   // warp repeating it over the whole tile: fp8 is bound by its warps' instruction chains, not by
-  // bytes (-7 to -10 % on the H200, -8 % at T = 1024 random on the H100, run 544-545). bf16 keeps
+  // bytes (-7 to -10 % on the H200, -8 % at T = 1024 random on the H100, runs 544-545). bf16 keeps
   // the repeated softmax (one barrier and one P exchange less per tile), not measured split.
   constexpr bool kSplitSoftmax = kFp8;
   constexpr int kOwnTiles = kNTiles / kWarps;
