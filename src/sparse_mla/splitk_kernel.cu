@@ -998,7 +998,18 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   constexpr bool kSplitSoftmax = kFp8;
   constexpr int kOwnTiles = kNTiles / kWarps;
   static_assert(!kSplitSoftmax || kNTiles % kWarps == 0, "split softmax: whole n-tiles per warp");
-  __shared__ __align__(16) float s_row_max[kSplitSoftmax ? kHeadGroup : 1][kWarps];
+  // Split softmax: each warp's value of rows g and g + 8 (a quad's first lane holds them) meets
+  // every other warp's, behind a barrier: the tile maxima in the loop, the row sums after it.
+  __shared__ __align__(16) float s_warp_rows[kSplitSoftmax ? kHeadGroup : 1][kWarps];
+  const auto rows_of_all_warps = [&](float row_g, float row_g8, float4 (&all)[2]) {
+    if constexpr (kSplitSoftmax) {
+      const int g = lane / 4;
+      if (lane % 4 == 0) s_warp_rows[g][warp] = row_g, s_warp_rows[g + 8][warp] = row_g8;
+      __syncthreads();
+      all[0] = *reinterpret_cast<const float4*>(s_warp_rows[g]);
+      all[1] = *reinterpret_cast<const float4*>(s_warp_rows[g + 8]);
+    }
+  };
 
   for (int it = 0; it < ntiles; ++it) {
     ptx::cp_async_wait<STAGES - 2>();
@@ -1065,7 +1076,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     uint32_t p_frag[BK / 16][4];
     if constexpr (kSplitSoftmax) {
       // Warp w sums and exponentiates only its own kOwnTiles n-tiles of keys; the rows' maxima
-      // meet in s_row_max, and the P values (fp32, before any block scale) in the exchange area,
+      // meet in s_warp_rows, and the P values (fp32, before any block scale) in the exchange area,
       // which every warp has read its partial sums from by then.
       float own[kOwnTiles][4];
       const int keys_left = nvalid - it * BK;
@@ -1076,15 +1087,12 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
       float own_max[2];
       quad_row_max(own, own_max);
-      const int g = lane / 4;
-      if (lane % 4 == 0) s_row_max[g][warp] = own_max[0], s_row_max[g + 8][warp] = own_max[1];
-      __syncthreads();  // the partials read by every warp; the rows' maxima visible
+      float4 maxima[2];
+      rows_of_all_warps(own_max[0], own_max[1], maxima);  // its barrier: every warp has read its partials
       float tile_max[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float4 m4 = *reinterpret_cast<const float4*>(s_row_max[g + 8 * r]);
-        tile_max[r] = fmaxf(fmaxf(m4.x, m4.y), fmaxf(m4.z, m4.w)) * s_scale;  // finite: every tile has a valid key
-      }
+      for (int r = 0; r < 2; ++r)  // finite: every tile has a valid key
+        tile_max[r] = fmaxf(fmaxf(maxima[r].x, maxima[r].y), fmaxf(maxima[r].z, maxima[r].w)) * s_scale;
       // The running max is the same in every warp (the same tile maxima). It may trail a tile's max
       // by up to kFp8RescaleSlack, so most tiles skip O's 64 multiplies (P, f16, stays below 2^8).
       // P is multiplied per key by its block scale / o_unit, the largest scale of this warp's block
@@ -1211,14 +1219,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
   }
   if constexpr (kSplitSoftmax) {  // each warp summed its own keys' weights
-    const int g = lane / 4;
-    if (lane % 4 == 0) s_row_max[g][warp] = l_run[0], s_row_max[g + 8][warp] = l_run[1];
-    __syncthreads();
+    float4 sums[2];
+    rows_of_all_warps(l_run[0], l_run[1], sums);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float4 l4 = *reinterpret_cast<const float4*>(s_row_max[g + 8 * r]);
-      l_run[r] = (l4.x + l4.y) + (l4.z + l4.w);
-    }
+    for (int r = 0; r < 2; ++r) l_run[r] = (sums[r].x + sums[r].y) + (sums[r].z + sums[r].w);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
