@@ -238,6 +238,15 @@ struct SparseMlaPlan {
   // T = 32 at 16 heads (+5 %), at T = 256 (+2 %) and for full random lists (T = 1 / 4: +9 / +3 %).
   // Needs topk <= kMaxChunk and T <= kBalancedMaxTokens; excludes row_order and fused_rows.
   bool balanced = false;
+  // split_k: each 16-head CTA's softmax split over its 4 warps by keys (each warp exponentiates a
+  // quarter of the tile's keys; the rows' maxima and P meet in shared memory, two barriers more
+  // per tile) instead of repeated in every warp. Where the warps' instruction chains bind it
+  // pays, where the H100's L2 binds long CTAs it does not. The planner's: always for an
+  // fp8_ds_mla cache (which splits whatever the plan says); for bf16 with 32- or 64-row tiles on
+  // fast memory (H200: random lists T = 128-1024 -3 to -5 %) and where every token's list is
+  // split (H100: T = 8 runs / T = 64 random -2 / -1 %, against +4 % unsplit at T = 1024 random);
+  // docs/perf.md runs 548 and 550.
+  bool split_softmax = false;
   size_t schedule_bytes = 0;  // balanced: the schedule buffer make_sparse_mla_schedule fills; else 0
   // split_k: a partial per split (bf16 output, fp32 lse: 1028 bytes per head), 0 when
   // splits == 1; shared_rows: with a union pass each group's row
@@ -258,6 +267,7 @@ struct PlanChoice {
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
   int row_order = 0;   // -1: off; 1: on (split_k, or shared_rows at 64+ heads with a union pass)
   int balanced = 0;    // 1: a balanced split_k plan (SparseMlaPlan::balanced); 0 or -1: not
+  int split_softmax = 0;  // -1: off (bf16 only); 1: on (split_k with 32- or 64-row tiles)
 };
 
 // Pure function of shape, device, sharing hint and cache format (validated; an fp8_ds_mla cache

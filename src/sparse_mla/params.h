@@ -42,6 +42,7 @@ struct SparseMlaParams {
   // chunk); shared rows (true) an equal run of the compacted list's 32-entry tiles.
   bool splits_over_entries;
   bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
+  bool split_softmax;  // split_k: SparseMlaPlan::split_softmax (always with kv_fp8)
   // A combine that another combine follows (the lead tokens', lead_tokens_view): each of its
   // blocks waits for the main kernel before it leaves, even one with nothing to merge, so its
   // grid ends after the main kernel and the next combine's wait, which is on this grid, covers

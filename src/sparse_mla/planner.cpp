@@ -51,6 +51,20 @@ void check_row_order_choice(const PlanChoice& choice, bool orderable) {
     fail("row_order", "needs split_k, or shared_rows at 64+ heads with a union pass (unions of several tokens are in row order)");
 }
 
+// SparseMlaPlan::split_softmax: a forced one (-1, 0 or 1; on only with 32- or 64-row tiles, off
+// only for bf16) or the planner's. `whole_lists`: some CTA takes a token's whole list.
+bool resolve_split_softmax(const PlanChoice& choice, int block_keys, bool whole_lists, bool fp8, bool fast_memory) {
+  if (choice.split_softmax < -1 || choice.split_softmax > 1)
+    fail("split_softmax", "must be -1, 0 or 1, got " + std::to_string(choice.split_softmax));
+  const bool splittable = block_keys == 32 || block_keys == 64;
+  if (choice.split_softmax == 1 && !splittable) fail("split_softmax", "needs split_k with 32- or 64-row tiles");
+  if (fp8) {
+    if (choice.split_softmax == -1) fail("split_softmax", "an fp8_ds_mla cache always splits its softmax");
+    return true;
+  }
+  return splittable && (choice.split_softmax == 1 || (choice.split_softmax == 0 && (fast_memory || !whole_lists)));
+}
+
 // The planner's row order where it can be on (SparseMlaPlan::row_order says why).
 bool planner_row_order(int num_tokens, int topk, IndexSharing sharing) {
   return sharing == IndexSharing::unknown && int64_t{num_tokens} * topk >= detail::kRowOrderMinPairs;
@@ -71,7 +85,7 @@ int launch_ctas(int64_t ctas) {
 
 // Balanced split-K (SparseMlaPlan::balanced) for a plan with its shape and block_keys set. The
 // grid: one wave of split slots (two CTAs per SM), at least one per token.
-SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev, bool fp8) {
+SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const DeviceInfo& dev, bool fp8, bool fast_memory) {
   const int T = plan.num_tokens, topk = plan.topk;
   if (topk > SparseMlaPlan::kMaxChunk)
     fail("balanced", "needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk) + " (each CTA reads its token's whole list)");
@@ -95,6 +109,7 @@ SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const 
   plan.chunk = plan.block_keys;
   plan.fused_rows = 0;
   plan.row_order = false;
+  plan.split_softmax = resolve_split_softmax(choice, plan.block_keys, false, fp8, fast_memory);
   plan.ctas = launch_ctas(static_cast<int64_t>(slots) * head_groups);
   plan.launches = T > 0 ? 2 : 0;  // main, combine (the schedule is made before, once per step)
   plan.workspace_bytes = T > 0 ? balanced_workspace_for(plan.num_heads, slots) : 0;
@@ -479,6 +494,7 @@ SparseMlaPlan plan_shared_rows(SparseMlaPlan plan, const PlanChoice& choice, con
   if (topk > SparseMlaPlan::kMaxChunk) fail("kernel", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
   if (choice.block_keys != 0) fail("kernel", "shared_rows takes no block_keys");
   if (choice.balanced == 1) fail("balanced", "needs the split_k kernel");
+  if (choice.split_softmax != 0) fail("split_softmax", "needs the split_k kernel");
   if (choice.splits < 0 || choice.splits > SparseMlaPlan::kMaxSplits)
     fail("splits", "must be in [1, " + std::to_string(SparseMlaPlan::kMaxSplits) + "], got " + std::to_string(choice.splits));
   if (detail::shared_rows_smem_bytes() > dev.max_smem_per_block) fail("device", "not enough shared memory per block");
@@ -550,7 +566,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     if (fp8 && choice.block_keys == 16) fail("block_keys", "must be 32 or 64 for an fp8_ds_mla cache, got 16");
     plan.block_keys = choice.block_keys;
   }
-  if (choice.balanced == 1) return plan_balanced(plan, choice, dev, fp8);
+  if (choice.balanced == 1) return plan_balanced(plan, choice, dev, fp8, c.fast_memory);
   if (choice.splits != 0) {  // exact chunks, not whole tiles: a forced split may end mid-tile
     if (choice.splits < min_splits || choice.splits > SparseMlaPlan::kMaxSplits)
       fail("splits", "must be in [" + std::to_string(min_splits) + ", " + std::to_string(SparseMlaPlan::kMaxSplits) +
@@ -617,6 +633,10 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
   // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144).
   plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing);
+  // Split softmax (SparseMlaPlan::split_softmax): on fast memory, or where every CTA takes a split
+  // of its token's list (none a whole list, as unsplit tokens and unsplit lead tokens do).
+  const bool whole_lists = plan.splits == 1 || (plan.lead_tokens > 0 && plan.lead_splits == 1);
+  plan.split_softmax = resolve_split_softmax(choice, plan.block_keys, whole_lists, fp8, c.fast_memory);
   plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) + (plan.lead_splits > 1 ? 1 : 0) : 0;  // + the lead tokens' combine
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits, plan.lead_tokens, plan.lead_splits);
   return plan;
@@ -652,7 +672,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
                          lead_min_tail_splits, split_k_lead_min_tail_splits, eighths, fast_memory};
   const SharedRowsPick pick = pick_shared_rows(c);
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
-                                         choice.splits == 0 && choice.balanced != 1 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&
+                                         choice.splits == 0 && choice.balanced != 1 && choice.split_softmax == 0 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
   if (planner_picks_shared_rows || choice.kernel == PlanChoice::Kernel::shared_rows)
     return plan_shared_rows(plan, choice, c, planner_picks_shared_rows ? &pick : nullptr);

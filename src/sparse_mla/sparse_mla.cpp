@@ -292,6 +292,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     fail("schedule", "is set, but the plan is not balanced (SparseMlaPlan::balanced)");
   if (plan.kernel == SparseMlaKernel::shared_rows) {
     if (plan.balanced) fail("plan", "inconsistent balanced schedule");
+    if (plan.split_softmax) fail("plan", "split_softmax is split_k's");
     if (plan.topk > SparseMlaPlan::kMaxChunk)
       fail("plan", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     const std::string cache_limit = shared_rows_cache_limit(problem);
@@ -324,6 +325,8 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   }
   if (fp8_cache(problem) && ((plan.block_keys != 32 && plan.block_keys != 64) || stage != kStageFull))
     fail("plan", "an fp8_ds_mla cache runs split_k's full kernel with 32- or 64-row tiles only");
+  if (plan.split_softmax && ((plan.block_keys != 32 && plan.block_keys != 64) || stage != kStageFull))
+    fail("plan", "split_softmax runs split_k's full kernel with 32- or 64-row tiles only");
   if (plan.balanced) {
     check_balanced_plan(plan);
     if (stage != kStageFull) fail("plan", "stage variants exist for plans that are not balanced only");
@@ -336,6 +339,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     detail::SparseMlaParams k = make_params(problem);
     set_balanced(k, plan, workspace, problem.schedule);
     k.timeline = timeline;
+    k.split_softmax = plan.split_softmax;
     launch_sparse_mla_splitk(k, stream, stage);
     return;
   }
@@ -357,6 +361,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   k.fused_rows = plan.fused_rows;
   set_row_order(k, plan);
   set_partials(k, workspace, 0);
+  k.split_softmax = plan.split_softmax;
   k.timeline = timeline;
   launch_sparse_mla_splitk(k, stream, stage);
 }

@@ -12,8 +12,9 @@
 //      keeping dims [144w, 144w+144) for the whole CTA.
 //   4. Scores: warp w computes the partial S = Q[:, its dims] K[:, its dims]^T for all keys of
 //      the tile; the 4 partials are summed through shared memory, so every warp holds the full S
-//      and runs the same online softmax (base 2). fp8: warp w sums and exponentiates only its own
-//      quarter of the keys, and the rows' maxima and P meet in shared memory (v29).
+//      and runs the same online softmax (base 2). With a split softmax (fp8 always, bf16 by the
+//      plan; v29, v30) warp w sums and exponentiates only its own quarter of the keys, and the
+//      rows' maxima and P meet in shared memory.
 //   5. Output: warp w accumulates O[:, 128w .. 128w+128) += P V, V read by ldmatrix.trans.
 //   6. Epilogue: bf16 out + lse when splits == 1 (the tile staged in shared memory by stmatrix,
 //      written as whole rows), else bf16 partials straight from the fragments + the split's
@@ -155,6 +156,12 @@
 //                Run 534, fp8 separate requests (sequences, hint none), A/B: T = 264 / 528 / 1024 /
 //                2048 163.4 / 314.2 / 596.0 / 1195.3 -> 156.2 / 300.6 / 570.8 / 1141.1, T = 64
 //                54.5 -> 53.1 (.L2::64B the same).
+//   v30          bf16 may split its softmax too (SparseMlaPlan::split_softmax: on fast memory and on
+//                split calls), P as bf16 pairs in the exchange area. Runs 548 and 550, A/B twice (us):
+//                H200 random T = 128 / 256 / 512 / 1024 86.4 / 145.8 / 284.9 / 555.3 -> 83.7 /
+//                137.9 / 269.3 / 527.0, T = 8 runs 13.0 -> 12.8; H100 T = 8 runs 13.3 -> 13.0,
+//                T = 64 70.2 -> 69.4, but unsplit T = 512 / 1024 random 308.4 / 612.6 -> 312.5 /
+//                639.0 (so off there); separate requests within 0.4 % on both.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -659,9 +666,11 @@ __device__ __forceinline__ void lean_rows_forward(const SparseMlaParams& p, cons
 // kBalanced: the plan's balanced schedule (p.balanced_slots > 0): the CTA's (token, split,
 // splits) come from the schedule's slot table, and its split takes an even share of the token's
 // row tiles.
-// kFp8: an fp8_ds_mla cache (p.kv_fp8), 32-row tiles and the full kernel only: each landed tile's
-// e4m3 values become bf16 in place (convert_tile_to_bf16, exact), and the block scales enter S
-// and P in fp32 (the fp8 section above).
+// kFp8: an fp8_ds_mla cache (p.kv_fp8), 32- or 64-row tiles and the full kernel only: the
+// fragments read the e4m3 bytes and convert them in registers, and the block scales enter S and
+// P (docs/design.md, FP8).
+// kSplitSoftmax: the softmax split over the warps by keys (step 4 above; SparseMlaPlan::
+// split_softmax): always with kFp8, by the plan's choice for bf16; 32- or 64-row tiles.
 // ---- the online softmax's steps on a warp's S fragments (rows g and g + 8, keys of n-tile j) ---
 // The 4 warps' partial S of n-tile j, summed (the exchange holds warp w's tile j at w * n_tiles + j).
 __device__ __forceinline__ void sum_partials(const float4* s_exchange, int n_tiles, int j, int lane, float (&acc)[4]) {
@@ -713,6 +722,15 @@ __device__ __forceinline__ void scale_rows(float (&o)[N][4], const float (&alpha
     o[j][2] *= alpha[1]; o[j][3] *= alpha[1];
   }
 }
+// bf16's exact running max: O and l rescaled only when some row's max grows (a warp-uniform branch).
+template <int N>
+__device__ __forceinline__ void follow_exact_max(float (&m_run)[2], float (&l_run)[2], const float (&tile_max)[2], float (&o)[N][4]) {
+  if (__any_sync(0xffffffffu, tile_max[0] > m_run[0] || tile_max[1] > m_run[1])) {
+    float alpha[2];
+    raise_running_max(m_run, l_run, tile_max, alpha);
+    scale_rows(o, alpha);
+  }
+}
 // exp2(s c - m) of an n-tile's fragment (one FFMA each), added to the row sums.
 __device__ __forceinline__ float4 tile_weights(const float (&acc)[4], float s_scale, const float (&m_run)[2], float (&l_run)[2]) {
   const float4 p = make_float4(ptx::exp2_approx(fmaf(acc[0], s_scale, -m_run[0])), ptx::exp2_approx(fmaf(acc[1], s_scale, -m_run[0])),
@@ -725,9 +743,12 @@ __device__ __forceinline__ float4 tile_weights(const float (&acc)[4], float s_sc
 // __launch_bounds__(128, 2): two CTAs per SM, as the ~100 KB of shared memory of 16- and 32-row
 // tiles allows, which still leaves ptxas up to 255 registers; without the minimum it capped the
 // 32-row kernels at 168 registers and spilled once the epilogue used stmatrix.
-template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false>
+template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
+          bool kSplitSoftmax = kFp8>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
+  static_assert(!kFp8 || kSplitSoftmax, "fp8 always splits its softmax");
+  static_assert(!kSplitSoftmax || (BK >= 32 && kStage == kStageFull), "a split softmax: whole n-tiles per warp, the full kernel");
   static_assert(!kFp8 || ((BK == 32 || BK == 64) && kStage == kStageFull), "fp8 instances: 32- or 64-row tiles, full kernel");
   using Shape = TileShape<BK, STAGES, kFp8>;
   constexpr int kSlot = kSlotBytes<kFp8>;
@@ -991,11 +1012,12 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   const int v_key = (lane & 7) + (((lane >> 3) & 1) << 3), v_dim = (lane >> 4) * 8;  // V (B, trans)
   const int quad_col = (lane % 4) * 2;
   float4* s_exchange = reinterpret_cast<float4*>(s_scratch);
-  // fp8: the softmax is split over the warps by keys (kOwnTiles n-tiles each) instead of each
-  // warp repeating it over the whole tile: fp8 is bound by its warps' instruction chains, not by
-  // bytes (-7 to -10 % on the H200, -8 % at T = 1024 random on the H100, runs 544-545). bf16 keeps
-  // the repeated softmax (one barrier and one P exchange less per tile), not measured split.
-  constexpr bool kSplitSoftmax = kFp8;
+  // kSplitSoftmax: each warp sums and exponentiates its own kOwnTiles n-tiles of keys instead of
+  // repeating the whole tile's softmax, at the price of two barriers more per tile. Where the
+  // warps' instruction chains bind it pays: fp8 -7 to -10 % on the H200 and -8 % at T = 1024
+  // random on the H100 (runs 544-545), bf16 on the H200 -3 to -5 % on random lists and on the
+  // H100 -1 to -2 % on split calls; where the H100's L2 binds long bf16 CTAs it does not
+  // (T = 1024 random unsplit +4 %; run 548). The planner's choice: SparseMlaPlan::split_softmax.
   constexpr int kOwnTiles = kNTiles / kWarps;
   static_assert(!kSplitSoftmax || kNTiles % kWarps == 0, "split softmax: whole n-tiles per warp");
   // Split softmax: each warp's value of rows g and g + 8 (a quad's first lane holds them) meets
@@ -1093,39 +1115,56 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
       for (int r = 0; r < 2; ++r)  // finite: every tile has a valid key
         tile_max[r] = fmaxf(fmaxf(maxima[r].x, maxima[r].y), fmaxf(maxima[r].z, maxima[r].w)) * s_scale;
-      // The running max is the same in every warp (the same tile maxima). It may trail a tile's max
-      // by up to kFp8RescaleSlack, so most tiles skip O's 64 multiplies (P, f16, stays below 2^8).
-      // P is multiplied per key by its block scale / o_unit, the largest scale of this warp's block
-      // so far, and O is kept in units of o_unit: each warp's unit moves on its own and rescales
-      // only this warp's O.
-      const bool m_grows = __any_sync(0xffffffffu, tile_max[0] > m_run[0] + kFp8RescaleSlack || tile_max[1] > m_run[1] + kFp8RescaleSlack);
-      float m_tile = 0.f;
+      if constexpr (kFp8) {
+        // The running max is the same in every warp (the same tile maxima). It may trail a tile's max
+        // by up to kFp8RescaleSlack, so most tiles skip O's 64 multiplies (P, f16, stays below 2^8).
+        // P is multiplied per key by its block scale / o_unit, the largest scale of this warp's block
+        // so far, and O is kept in units of o_unit: each warp's unit moves on its own and rescales
+        // only this warp's O.
+        const bool m_grows = __any_sync(0xffffffffu, tile_max[0] > m_run[0] + kFp8RescaleSlack || tile_max[1] > m_run[1] + kFp8RescaleSlack);
+        float m_tile = 0.f;
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) m_tile = fmaxf(m_tile, fmaxf(fabsf(key_scale[j][0]), fabsf(key_scale[j][1])));
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));  // the quad's lanes hold the tile's keys
-      m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
-      const float unit_new = fmaxf(o_unit, m_tile);
-      if (m_grows || unit_new > o_unit) {
-        float alpha[2] = {1.f, 1.f};
-        if (m_grows) raise_running_max(m_run, l_run, tile_max, alpha);
-        // Every scale so far 0: their values are 0, P x 0 either way, and O stays 0 until a scale
-        // is not (a unit of 1 here would flush the P of later, tiny scales in f16).
-        inv_unit = unit_new > 0.f ? 1.f / unit_new : 0.f;
-        const float o_ratio = o_unit * inv_unit;  // 0 on the first tile, where O is 0
-        alpha[0] *= o_ratio, alpha[1] *= o_ratio;
-        o_unit = unit_new;
-        scale_rows(o_acc, alpha);
-      }
+        for (int j = 0; j < kNTiles; ++j) m_tile = fmaxf(m_tile, fmaxf(fabsf(key_scale[j][0]), fabsf(key_scale[j][1])));
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 1));  // the quad's lanes hold the tile's keys
+        m_tile = fmaxf(m_tile, __shfl_xor_sync(0xffffffffu, m_tile, 2));
+        const float unit_new = fmaxf(o_unit, m_tile);
+        if (m_grows || unit_new > o_unit) {
+          float alpha[2] = {1.f, 1.f};
+          if (m_grows) raise_running_max(m_run, l_run, tile_max, alpha);
+          // Every scale so far 0: their values are 0, P x 0 either way, and O stays 0 until a scale
+          // is not (a unit of 1 here would flush the P of later, tiny scales in f16).
+          inv_unit = unit_new > 0.f ? 1.f / unit_new : 0.f;
+          const float o_ratio = o_unit * inv_unit;  // 0 on the first tile, where O is 0
+          alpha[0] *= o_ratio, alpha[1] *= o_ratio;
+          o_unit = unit_new;
+          scale_rows(o_acc, alpha);
+        }
 #pragma unroll
-      for (int jo = 0; jo < kOwnTiles; ++jo)  // l: this warp's keys only; the warps' sums meet after the loop
-        s_exchange[(warp * kOwnTiles + jo) * 32 + lane] = tile_weights(own[jo], s_scale, m_run, l_run);
-      __syncthreads();  // every warp's P visible
+        for (int jo = 0; jo < kOwnTiles; ++jo)  // l: this warp's keys only; the warps' sums meet after the loop
+          s_exchange[(warp * kOwnTiles + jo) * 32 + lane] = tile_weights(own[jo], s_scale, m_run, l_run);
+        __syncthreads();  // every warp's P visible
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const float4 pj = s_exchange[j * 32 + lane];
-        const float c0 = key_scale[j][0] * inv_unit, c1 = key_scale[j][1] * inv_unit;
-        p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_f16x2(pj.x * c0, pj.y * c1);
-        p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_f16x2(pj.z * c0, pj.w * c1);
+        for (int j = 0; j < kNTiles; ++j) {
+          const float4 pj = s_exchange[j * 32 + lane];
+          const float c0 = key_scale[j][0] * inv_unit, c1 = key_scale[j][1] * inv_unit;
+          p_frag[j / 2][(j % 2) * 2 + 0] = ptx::pack_f16x2(pj.x * c0, pj.y * c1);
+          p_frag[j / 2][(j % 2) * 2 + 1] = ptx::pack_f16x2(pj.z * c0, pj.w * c1);
+        }
+      } else {  // bf16: the exact max (as below), P as bf16 pairs in the exchange area
+        follow_exact_max(m_run, l_run, tile_max, o_acc);
+        uint2* const s_p = reinterpret_cast<uint2*>(s_exchange);
+#pragma unroll
+        for (int jo = 0; jo < kOwnTiles; ++jo) {
+          const float4 pj = tile_weights(own[jo], s_scale, m_run, l_run);
+          s_p[(warp * kOwnTiles + jo) * 32 + lane] = make_uint2(ptx::pack_bf16x2(pj.x, pj.y), ptx::pack_bf16x2(pj.z, pj.w));
+        }
+        __syncthreads();  // every warp's P visible
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const uint2 pj = s_p[j * 32 + lane];
+          p_frag[j / 2][(j % 2) * 2 + 0] = pj.x;
+          p_frag[j / 2][(j % 2) * 2 + 1] = pj.y;
+        }
       }
     } else {  // bf16: every warp sums the whole S and runs the same softmax
 #pragma unroll
@@ -1152,11 +1191,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       float tile_max[2];
       quad_row_max(s_acc, tile_max);
       tile_max[0] *= s_scale, tile_max[1] *= s_scale;  // finite: every tile has a valid key
-      if (__any_sync(0xffffffffu, tile_max[0] > m_run[0] || tile_max[1] > m_run[1])) {
-        float alpha[2];
-        raise_running_max(m_run, l_run, tile_max, alpha);
-        scale_rows(o_acc, alpha);
-      }
+      follow_exact_max(m_run, l_run, tile_max, o_acc);
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
         const float4 pj = tile_weights(s_acc[j], s_scale, m_run, l_run);
@@ -1576,11 +1611,11 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
-template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false>
+template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false, bool kSplitSoftmax = kFp8>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8>;
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax>;
   const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.lead_tokens > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
@@ -1598,24 +1633,27 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 }
 
 // The instances that exist: every tile size with or without row order; a balanced schedule with
-// the planner's 32-row tiles; fp8 with 32- or 64-row tiles; the stage variants (diagnostics) with
-// 32-row tiles, bf16. plan_sparse_mla only plans these; a hand-made plan that is not one throws.
-template <int BK, int kStage, bool kFp8>
+// the planner's 32-row tiles; a split softmax (fp8 always, bf16 by the plan) with 32- or 64-row
+// tiles; the stage variants (diagnostics) with 32-row tiles, bf16, the softmax repeated.
+// plan_sparse_mla only plans these; a hand-made plan that is not one throws.
+template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.balanced_slots > 0) {
     if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull)
-      return launch_splitk_instance<BK, kStage, false, true, kFp8>(p, stream);
+      return launch_splitk_instance<BK, kStage, false, true, kFp8, kSplitSoftmax>(p, stream);
     throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
   }
-  if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, kFp8>(p, stream);
-  launch_splitk_instance<BK, kStage, false, false, kFp8>(p, stream);
+  if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, kFp8, kSplitSoftmax>(p, stream);
+  launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax>(p, stream);
 }
 
 template <int BK, int kStage = kStageFull>
 void launch_splitk(const SparseMlaParams& p, cudaStream_t stream) {
-  if (!p.kv_fp8) return launch_splitk_format<BK, kStage, false>(p, stream);
-  if constexpr ((BK == 32 || BK == 64) && kStage == kStageFull) return launch_splitk_format<BK, kStage, true>(p, stream);
-  throw Error("an fp8_ds_mla cache runs the full kernel with 32- or 64-row tiles only (balanced: 32)");
+  if (!p.kv_fp8 && !p.split_softmax) return launch_splitk_format<BK, kStage, false, false>(p, stream);
+  if constexpr ((BK == 32 || BK == 64) && kStage == kStageFull)
+    return p.kv_fp8 ? launch_splitk_format<BK, kStage, true, true>(p, stream) : launch_splitk_format<BK, kStage, false, true>(p, stream);
+  throw Error(p.kv_fp8 ? "an fp8_ds_mla cache runs the full kernel with 32- or 64-row tiles only (balanced: 32)"
+                       : "a split softmax runs the full kernel with 32- or 64-row tiles only");
 }
 
 }  // namespace

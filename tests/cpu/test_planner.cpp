@@ -24,11 +24,18 @@ DeviceInfo with_bandwidth(int gbs) {
 const DeviceInfo kH200 = with_bandwidth(4814);  // what the H200 reports (run 501): 11 eighths of the H100's
 
 // Every field of two plans alike (the tests that say a hint or a device changes nothing).
+bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b);
+// The same but split_softmax, which follows the device's memory bandwidth on its own (tested
+// in SplitSoftmaxOnFastMemoryOnSplitListsAndForFp8): the tests that say the rest does not.
+bool same_plan_but_softmax(SparseMlaPlan a, const SparseMlaPlan& b) {
+  a.split_softmax = b.split_softmax;
+  return same_plan(a, b);
+}
 bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b) {
   return a.num_tokens == b.num_tokens && a.num_heads == b.num_heads && a.topk == b.topk && a.kernel == b.kernel &&
          a.block_keys == b.block_keys && a.splits == b.splits && a.chunk == b.chunk && a.ctas == b.ctas && a.launches == b.launches &&
          a.fused_rows == b.fused_rows && a.union_pass == b.union_pass && a.lead_tokens == b.lead_tokens && a.lead_splits == b.lead_splits &&
-         a.row_order == b.row_order && a.balanced == b.balanced && a.schedule_bytes == b.schedule_bytes && a.workspace_bytes == b.workspace_bytes;
+         a.row_order == b.row_order && a.balanced == b.balanced && a.split_softmax == b.split_softmax && a.schedule_bytes == b.schedule_bytes && a.workspace_bytes == b.workspace_bytes;
 }
 
 TEST(Planner, InvariantsHoldOverAGridOfShapes) {
@@ -144,7 +151,64 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         // 128 heads shared rows gain nothing by it), from 2^17 (token, position) pairs with no hint.
         const bool orderable = !shared_rows || (H == 64 && p.union_pass);
         EXPECT_EQ(p.row_order, orderable && int64_t(T) * topk >= (int64_t(1) << 17));
+        // A split softmax on the H100 (bf16) where no CTA takes a whole list.
+        const bool whole_lists = p.splits == 1 || (p.lead_tokens > 0 && p.lead_splits == 1);
+        EXPECT_EQ(p.split_softmax, !shared_rows && p.block_keys >= 32 && !whole_lists);
       }
+}
+
+// SparseMlaPlan::split_softmax: bf16 split-K on fast memory or where every token's list is split;
+// fp8 split-K always; never shared rows; forced on or off within its limits.
+TEST(Planner, SplitSoftmaxOnFastMemoryOnSplitListsAndForFp8) {
+  for (int T : {1, 8, 64, 128}) {  // 64 / 32 / 4 / 2 splits of each list
+    EXPECT_TRUE(plan_sparse_mla(T, 16, 2048, kH100).split_softmax) << T;
+    EXPECT_TRUE(plan_sparse_mla(T, 16, 2048, kH200).split_softmax) << T;
+  }
+  for (int T : {200, 256, 1024}) {  // one split: long CTAs, where the H100's L2 binds (+4 % at T = 1024)
+    EXPECT_FALSE(plan_sparse_mla(T, 16, 2048, kH100).split_softmax) << T;
+    EXPECT_TRUE(plan_sparse_mla(T, 16, 2048, kH200).split_softmax) << T;
+  }
+  const SparseMlaPlan lead = plan_sparse_mla(265, 16, 2048, kH100);  // 264 whole lists, one token split
+  ASSERT_EQ(lead.lead_tokens, 264);
+  ASSERT_EQ(lead.lead_splits, 1);
+  EXPECT_FALSE(lead.split_softmax);
+  const SparseMlaPlan half = plan_sparse_mla(133, 16, 2048, kH100);  // half a wave in 2 splits, the rest in more
+  ASSERT_EQ(half.lead_splits, 2);
+  EXPECT_TRUE(half.split_softmax);
+  for (int T : {1, 64, 1024})
+    EXPECT_TRUE(plan_sparse_mla(T, 16, 2048, kH100, {}, IndexSharing::none, KvCacheFormat::fp8_ds_mla).split_softmax) << T;
+  const SparseMlaPlan rows = plan_sparse_mla(4096, 16, 2048, kH200, {}, IndexSharing::consecutive);
+  ASSERT_EQ(rows.kernel, SparseMlaKernel::shared_rows);
+  EXPECT_FALSE(rows.split_softmax);
+  PlanChoice balanced;
+  balanced.balanced = 1;
+  EXPECT_TRUE(plan_sparse_mla(64, 16, 2048, kH100, balanced).split_softmax);
+
+  PlanChoice on, off;
+  on.split_softmax = 1;
+  off.split_softmax = -1;
+  EXPECT_TRUE(plan_sparse_mla(1024, 16, 2048, kH100, on).split_softmax);
+  EXPECT_FALSE(plan_sparse_mla(8, 16, 2048, kH100, off).split_softmax);
+  EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH200, off).split_softmax);
+  const SparseMlaPlan forced = plan_sparse_mla(64, 64, 2048, kH100, on);  // a split-K knob: split-K, not shared rows
+  EXPECT_EQ(forced.kernel, SparseMlaKernel::split_k);
+  EXPECT_TRUE(forced.split_softmax);
+  on.block_keys = 64;
+  EXPECT_TRUE(plan_sparse_mla(4, 16, 2048, kH100, on).split_softmax);
+  on.block_keys = 16;  // 2 n-tiles of keys for 4 warps
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, on), Error);
+  PlanChoice keys16;
+  keys16.block_keys = 16;
+  EXPECT_FALSE(plan_sparse_mla(8, 16, 2048, kH100, keys16).split_softmax);
+  EXPECT_FALSE(plan_sparse_mla(8, 16, 2048, kH200, keys16).split_softmax);
+  EXPECT_THROW(plan_sparse_mla(8, 16, 2048, kH100, off, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla), Error);
+  off.kernel = PlanChoice::Kernel::shared_rows;
+  EXPECT_THROW(plan_sparse_mla(4096, 16, 2048, kH100, off), Error);
+  PlanChoice bad;
+  bad.split_softmax = 2;
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, bad), Error);
+  bad.split_softmax = -2;
+  EXPECT_THROW(plan_sparse_mla(4, 16, 2048, kH100, bad), Error);
 }
 
 TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
@@ -528,7 +592,7 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
   for (int H : {16, 128})
     for (int T : {100, 353, 1024, 4096}) {
       const SparseMlaPlan a = plan_sparse_mla(T, H, 2048, kH100), b = plan_sparse_mla(T, H, 2048, h200);
-      EXPECT_TRUE(same_plan(a, b)) << T << " " << H;
+      EXPECT_TRUE(same_plan_but_softmax(a, b)) << T << " " << H;
     }
 }
 
@@ -573,9 +637,9 @@ TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
     if (H == 64 || topk == 2048) EXPECT_TRUE(fp8.lead_tokens == unsplit && fp8.splits == 3) << T << " " << H << " " << topk;
   }
   // Tails of at most 11/20 of a wave take two rounds on both; shorter lists at 16 / 32 heads on neither.
-  EXPECT_TRUE(same_plan(plan_sparse_mla(409, 16, 2048, kH100), plan_sparse_mla(409, 16, 2048, h200)));
+  EXPECT_TRUE(same_plan_but_softmax(plan_sparse_mla(409, 16, 2048, kH100), plan_sparse_mla(409, 16, 2048, h200)));
   for (auto [T, H, topk] : {std::tuple{420, 16, 1024}, std::tuple{420, 16, 512}, std::tuple{210, 32, 1024}})
-    EXPECT_TRUE(same_plan(plan_sparse_mla(T, H, topk, kH100), plan_sparse_mla(T, H, topk, h200))) << T << " " << H << " " << topk;
+    EXPECT_TRUE(same_plan_but_softmax(plan_sparse_mla(T, H, topk, kH100), plan_sparse_mla(T, H, topk, h200))) << T << " " << H << " " << topk;
 }
 
 // Just past half a wave of one-token groups at 32 and 64 heads: one wave of whole lists for bf16
@@ -598,7 +662,7 @@ TEST(Planner, HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory) {
         EXPECT_EQ(p.ctas, 132 + (T - 66) * splits) << T << " " << H;
       }
       // Shorter lists keep one split on both devices.
-      EXPECT_TRUE(same_plan(plan_sparse_mla(T, H, 1024, kH100), plan_sparse_mla(T, H, 1024, h200))) << T << " " << H;
+      EXPECT_TRUE(same_plan_but_softmax(plan_sparse_mla(T, H, 1024, kH100), plan_sparse_mla(T, H, 1024, h200))) << T << " " << H;
       EXPECT_EQ(fp8(T, H, 1024, kH100).lead_tokens, 0) << T << " " << H;
     }
   // Past T = 82 too few splits fit after the half wave (kLeadMinTailSplits): one split everywhere.
@@ -620,7 +684,7 @@ TEST(Planner, SplitKHalfWaveLeadFromFourLaterSplitsOnFastMemory) {
       EXPECT_EQ(p.lead_splits, 2) << T;
       EXPECT_EQ(p.splits, splits) << T;
       EXPECT_EQ(p.ctas, 264 + (T - 132) * splits) << T;
-      EXPECT_TRUE(same_plan(plan_sparse_mla(T, 16, 1024, kH100, {}, IndexSharing::unknown, kv),
+      EXPECT_TRUE(same_plan_but_softmax(plan_sparse_mla(T, 16, 1024, kH100, {}, IndexSharing::unknown, kv),
                             plan_sparse_mla(T, 16, 1024, h200, {}, IndexSharing::unknown, kv))) << T;
     }
   EXPECT_EQ(plan_sparse_mla(199, 16, 2048, h200).lead_tokens, 0);  // 67 later tokens: 3 splits fit

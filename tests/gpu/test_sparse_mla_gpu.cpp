@@ -695,6 +695,37 @@ TEST_F(Gpu, EveryTileSizeAndSplitCountAgrees) {
     }
 }
 
+// The softmax split over the warps (SparseMlaPlan::split_softmax) forced on and off on a bf16
+// cache: 32- and 64-row tiles, one split and several, row order, lists whose last tile is partial
+// (topk 63, 300, 2049), -1 in the middle, runs, duplicates, one valid row, 16 / 32 / 64 heads.
+// The planner's choice on this device is one of the two; fp8 always splits (its own tests).
+TEST_F(Gpu, SplitSoftmaxOnAndOffAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  struct Case {
+    int T, H, topk, block_keys, splits, row_order;
+    IndexPattern pattern;
+  };
+  int i = 0;
+  for (const Case c : {Case{3, 16, 2049, 32, 0, 0, IndexPattern::random}, Case{5, 16, 63, 32, 1, 0, IndexPattern::padding_middle},
+                       Case{70, 16, 2048, 32, 0, 1, IndexPattern::random}, Case{4, 32, 300, 64, 2, 0, IndexPattern::runs},
+                       Case{2, 16, 2048, 64, 1, 0, IndexPattern::duplicates}, Case{6, 64, 128, 32, 3, 0, IndexPattern::single_valid}})
+    for (int split : {-1, 1}) {
+      const HostProblem hp = make_problem(c.T, c.H, c.topk, 64, 200, c.pattern, 1200 + i++);
+      PlanChoice choice;
+      choice.kernel = PlanChoice::Kernel::split_k;
+      choice.block_keys = c.block_keys;
+      choice.splits = c.splits;
+      choice.row_order = c.row_order;
+      choice.split_softmax = split;
+      const SparseMlaPlan plan = plan_sparse_mla(c.T, c.H, c.topk, dev, choice);
+      ASSERT_EQ(plan.split_softmax, split == 1);
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "T " << c.T << " H " << c.H << " topk " << c.topk << " block_keys " << plan.block_keys << " splits "
+                          << plan.splits << " " << workload::to_string(c.pattern) << " split_softmax " << split << ": "
+                          << a.summary();
+    }
+}
+
 // Split partials are bf16 (src/sparse_mla/partials.cuh): an output that cancels partials of
 // magnitude M carries up to ~2^-9 M more absolute error than fp32 partials would, the bound
 // docs/design.md states. Here every token lists 2048 consecutive rows whose dims 256-511 (the
@@ -807,9 +838,10 @@ TEST_F(Gpu, FusedRowsAgreeWithTheReferenceAndWithMergedSplits) {
 }
 
 // ---- balanced split-K: splits sized by each token's valid rows, from a schedule per step -----
-SparseMlaPlan balanced_plan(const HostProblem& hp) {
+SparseMlaPlan balanced_plan(const HostProblem& hp, int split_softmax = 0) {
   PlanChoice on;
   on.balanced = 1;
+  on.split_softmax = split_softmax;
   return plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), on);
 }
 
@@ -817,8 +849,8 @@ SparseMlaPlan balanced_plan(const HostProblem& hp) {
 // `schedule_from`'s indices (another problem of the same shape, or hp itself) into a poisoned
 // buffer, the workspace and outputs poisoned too. `schedule` receives the buffer's bytes.
 Agreement balanced_forward_and_judge(const HostProblem& hp, const HostProblem& schedule_from,
-                                     std::vector<uint8_t>* schedule = nullptr) {
-  const SparseMlaPlan plan = balanced_plan(hp);
+                                     std::vector<uint8_t>* schedule = nullptr, int split_softmax = 0) {
+  const SparseMlaPlan plan = balanced_plan(hp, split_softmax);
   EXPECT_TRUE(plan.balanced);
   DeviceProblem d(hp), d_from(schedule_from);
   std::vector<double> ro, rl;
@@ -907,6 +939,8 @@ TEST_P(Balanced, MatchesReferenceAndTheHostSchedule) {
   EXPECT_TRUE(a.ok()) << a.summary();
 
   const SparseMlaPlan plan = balanced_plan(hp);
+  const Agreement other = balanced_forward_and_judge(hp, hp, nullptr, plan.split_softmax ? -1 : 1);  // the other softmax
+  EXPECT_TRUE(other.ok()) << "split_softmax " << !plan.split_softmax << ": " << other.summary();
   const int slots = plan.ctas / (hp.H / kHeadGroup);
   std::vector<int> tiles(hp.T);
   for (int t = 0; t < hp.T; ++t) {

@@ -55,6 +55,7 @@ struct Options : TimingOptions {
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0, fused_rows = 0;
   std::string row_order = "auto";
+  std::string split_softmax = "auto";
   bool balanced = false;  // a balanced plan, its schedule made once before the timed calls
   std::string kernel = "auto";  // auto (planner), split-k, shared-rows
   std::string sharing = "auto";  // the planner's IndexSharing hint: auto (per case), unknown, consecutive, none
@@ -213,6 +214,7 @@ PlanChoice plan_choice(const Options& o) {
   if (o.kernel == "shared-rows") c.kernel = PlanChoice::Kernel::shared_rows;
   c.fused_rows = o.fused_rows;
   c.row_order = o.row_order == "on" ? 1 : o.row_order == "off" ? -1 : 0;
+  c.split_softmax = o.split_softmax == "on" ? 1 : o.split_softmax == "off" ? -1 : 0;
   c.balanced = o.balanced ? 1 : 0;
   return c;
 }
@@ -559,7 +561,9 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   res.kernel = timer.time(which, [&] { sparse_mla_forward(p, res.plan, ws, res.plan.workspace_bytes, stream); },
                           kernels, o.reps, o.warmup);
   timer.set_after_flush(nullptr, 0);
-  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k && !res.plan.balanced;  // stage variants exist for it only
+  // Stage variants exist for split_k's 32-row tiles with the softmax repeated in every warp only.
+  const bool split_k = res.plan.kernel == SparseMlaKernel::split_k && !res.plan.balanced && !res.plan.split_softmax &&
+                       res.plan.block_keys == detail::kPlannerBlockKeys;
   if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
   if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
     constexpr int kCalls = 16;
@@ -650,13 +654,17 @@ double useful_tflops(const Result& r, double us) {
   return double(r.entries) * r.c.num_heads * (kCkvDim + kKpeDim + kCkvDim) * 2 / (us * 1e-6) / 1e12;
 }
 
+// Cases whose plan has no stage variants (shared rows, balanced, a split softmax, other tiles) show "-".
 void print_stage_table(const std::vector<Result>& results, FILE* f) {
-  if (results.empty() || results[0].stage_us.empty()) return;
+  const auto first = std::find_if(results.begin(), results.end(), [](const Result& r) { return !r.stage_us.empty(); });
+  if (first == results.end()) return;
   std::fprintf(f, "\nstage dissection (median us; each variant stops after the named stage)\n%-18s", "case");
-  for (const auto& [name, us] : results[0].stage_us) std::fprintf(f, " %9s", name.c_str());
+  for (const auto& [name, us] : first->stage_us) std::fprintf(f, " %9s", name.c_str());
   std::fprintf(f, " %9s\n", "gather");
   for (const Result& r : results) {
     std::fprintf(f, "%-18s", r.c.name.c_str());
+    if (r.stage_us.empty())
+      for (size_t i = 0; i < first->stage_us.size(); ++i) std::fprintf(f, " %9s", "-");
     for (const auto& [name, us] : r.stage_us) std::fprintf(f, " %9.1f", us);
     std::fprintf(f, " %9.1f\n", r.gather.median_us);
   }
@@ -694,6 +702,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
       std::snprintf(plan + std::strlen(plan), sizeof plan - std::strlen(plan), ",lead%dx%d", r.plan.lead_tokens, r.plan.lead_splits);
     if (r.plan.row_order) std::strncat(plan, ",o", sizeof plan - std::strlen(plan) - 1);  // rows in row order
     if (r.plan.balanced) std::strncat(plan, ",b", sizeof plan - std::strlen(plan) - 1);   // splits from a schedule
+    if (r.plan.split_softmax) std::strncat(plan, ",s", sizeof plan - std::strlen(plan) - 1);  // softmax split over the warps
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
     std::string parts;  // each kernel's span, in launch order
     for (double us : r.kernel.per_kernel_median_us) {
@@ -735,7 +744,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"lead_tokens", r.plan.lead_tokens}, {"lead_splits", r.plan.lead_splits}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"lead_tokens", r.plan.lead_tokens}, {"lead_splits", r.plan.lead_splits}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}, {"split_softmax", r.plan.split_softmax}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},
@@ -1089,6 +1098,8 @@ int main(int argc, char** argv) {
   app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
       ->check(CLI::Range(-1, dsa::SparseMlaPlan::kMaxChunk));
   app.add_option("--row-order", o.row_order, "override the plan's row order: auto, on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--split-softmax", o.split_softmax, "override the plan's split softmax (split-K, bf16): auto, on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--balanced", o.balanced,
                "a balanced split-K plan (splits sized by each token's valid rows), its schedule made once before the timed calls");

@@ -32,6 +32,8 @@ std::vector<std::pair<const char*, PlanChoice>> grid_choices() {
   add("balanced", [](PlanChoice& c) { c.balanced = 1; });
   add("order_on", [](PlanChoice& c) { c.row_order = 1; });
   add("order_off", [](PlanChoice& c) { c.row_order = -1; });
+  add("split_on", [](PlanChoice& c) { c.split_softmax = 1; });
+  add("split_off", [](PlanChoice& c) { c.split_softmax = -1; });
   return v;
 }
 
@@ -73,10 +75,10 @@ int run_plan_grid(bool summary_only) {
                                                           fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
                   std::snprintf(line, sizeof line,
                                 "kernel %d keys %d splits %d chunk %d lead %d x %d ctas %d union %d fused %d order %d balanced %d "
-                                "launches %d workspace %zu schedule %zu",
+                                "split %d launches %d workspace %zu schedule %zu",
                                 static_cast<int>(p.kernel), p.block_keys, p.splits, p.chunk, p.lead_tokens, p.lead_splits, p.ctas,
                                 static_cast<int>(p.union_pass), p.fused_rows, static_cast<int>(p.row_order), static_cast<int>(p.balanced),
-                                p.launches, p.workspace_bytes, p.schedule_bytes);
+                                static_cast<int>(p.split_softmax), p.launches, p.workspace_bytes, p.schedule_bytes);
                   s += line;
                 } catch (const std::exception& e) {
                   s += std::string("error ") + e.what();
