@@ -356,7 +356,9 @@ struct SharedRowsPick {
 //    on lists that share no rows (random T = 2048 / 4096 957 / 1929 vs 1425 / 2823 us, runs
 //    T = 4096 1027 vs 1581) and gain only -6 / -22 % on the 8192-row prefix at T = 4096 / 8192
 //    (1812 / 3133 vs 1696 / 2433; T = 512-2048 +10 to +1 %), but -54 % on a 2048-row prefix
-//    (T = 1024: 374 vs 172; runs 395-396).
+//    (T = 1024: 374 vs 172; runs 395-396). Against the split-K since e4a2bed (run 549): the
+//    8192-row prefix T = 512 / 4096 260.3 / 1694.6 vs split-K 209.0 / 1585.6, the 2048-row prefix
+//    T = 512 / 1024 115.5 / 170.4 vs 192.5 / 331.4; kept, as real prefill tokens share most rows.
 SharedRowsPick pick_shared_rows(const PlannerContext& c) {
   const int num_tokens = c.num_tokens, num_heads = c.num_heads, topk = c.topk;
   const DeviceInfo& dev = c.dev;
