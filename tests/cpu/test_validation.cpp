@@ -143,6 +143,28 @@ TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   EXPECT_TRUE(refused(plan));
 }
 
+// A hand-edited plan's split_softmax where no kernel instance has it (16-row tiles, shared rows)
+// is refused by name before any launch.
+TEST(Validate, ForwardRefusesASplitSoftmaxWithoutItsKernel) {
+  Buffers b;
+  const SparseMlaProblem p = good(b);
+  const auto refused = [&](const SparseMlaPlan& plan) {
+    return testing::error_message([&] { sparse_mla_forward(p, plan, b.big.data(), plan.workspace_bytes, nullptr); })
+               .find("split_softmax") != std::string::npos;
+  };
+  PlanChoice keys16;
+  keys16.block_keys = 16;
+  SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, keys16);
+  ASSERT_FALSE(plan.split_softmax);
+  plan.split_softmax = true;
+  EXPECT_TRUE(refused(plan));
+  PlanChoice rows;
+  rows.kernel = PlanChoice::Kernel::shared_rows;
+  plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, rows);
+  plan.split_softmax = true;
+  EXPECT_TRUE(refused(plan));
+}
+
 // A hand-edited plan's lead_tokens / lead_splits (SparseMlaPlan::lead_tokens) are refused by name
 // unless it has splits, fewer lead tokens than tokens and lead_splits in [1, 64], in a shared_rows
 // plan without a union pass or a split_k plan not balanced with topk <= kMaxChunk and no empty
