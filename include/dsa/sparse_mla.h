@@ -267,7 +267,7 @@ struct PlanChoice {
   int fused_rows = 0;  // -1: off; N in [1, kMaxChunk]: this threshold (needs a plan where it can be on)
   int row_order = 0;   // -1: off; 1: on (split_k, or shared_rows at 64+ heads with a union pass)
   int balanced = 0;    // 1: a balanced split_k plan (SparseMlaPlan::balanced); 0 or -1: not
-  int split_softmax = 0;  // -1: off (bf16 only); 1: on (split_k with 32- or 64-row tiles)
+  int split_softmax = 0;  // -1: off (bf16 only); 1: on (32- or 64-row tiles); either forces split_k
 };
 
 // Pure function of shape, device, sharing hint and cache format (validated; an fp8_ds_mla cache
