@@ -28,6 +28,17 @@ __device__ __forceinline__ void cp_async_16_l2_128b(uint32_t dst, const void* sr
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
+// cp_async_16 / cp_async_16_l2_128b where `pred` holds, nothing otherwise: one predicated copy.
+// An `if` around the copy compiled to a branch and its reconvergence for every gathered row.
+__device__ __forceinline__ void cp_async_16_if(bool pred, uint32_t dst, const void* src, uint32_t src_bytes = 16) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes), "r"(static_cast<int>(pred)));
+}
+__device__ __forceinline__ void cp_async_16_l2_128b_if(bool pred, uint32_t dst, const void* src, uint32_t src_bytes = 16) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n}\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes), "r"(static_cast<int>(pred)));
+}
+
 // base[i] through the non-coherent path, or `fallback` where base is null: one predicated load
 // the compiler cannot split into a branch, so nothing waits for it before its value's first use.
 __device__ __forceinline__ int ld_nc_s32_or(const int32_t* base, int64_t i, int fallback) {

@@ -318,8 +318,10 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t base = ptx::smem_addr(tile) + lane * 16;
   static_assert(kFp8RowBytes == (32 + 9) * 16 && kFp8ScalesOffset == 512, "fp8 rows: 32 e4m3 chunks, then 9 of scales and kpe");
-#pragma unroll
-  for (int r = warp; r < BK; r += kWarps) {
+  static_assert(BK % kWarps == 0, "whole rows per warp");
+  // The side chunks (kpe; fp8: scales and kpe) go to a few lanes by one predicated copy: an `if`
+  // around the copy compiled to a branch and its reconvergence for every row.
+  const auto load_row = [&](int r) {
     const bool live = r < count;
     const int64_t row = live ? rows[r] : 0;
     const uint32_t bytes = live ? 16u : 0u;
@@ -329,16 +331,26 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
       // No .L2::128B here: a 656-byte row at its 656-byte stride spans 6 such lines (768 B) where
       // DRAM's 64-byte granules give 704 B; the hint read 1.09x the bytes and cost 3-5 % (run 534).
       ptx::cp_async_16(dst, src, bytes);
-      // One predicated copy for the side chunks: as an if / else if between kpe and scale lanes
-      // it cost 4-5 % at T >= 256 (run 336).
-      if (lane <= kKpeDim * 2 / 16) ptx::cp_async_16(dst + kFp8ScalesOffset, src + kFp8ScalesOffset, bytes);
+      // One copy for scales and kpe: as an if / else if between kpe and scale lanes it cost 4-5 %
+      // at T >= 256 (run 336).
+      ptx::cp_async_16_if(lane <= kKpeDim * 2 / 16, dst + kFp8ScalesOffset, src + kFp8ScalesOffset, bytes);
     } else {
       const uint16_t* ckv = p.ckv + row * p.ckv_row_stride + lane * 8;
       const uint32_t dst = base + r * kRowBytes;
       ptx::cp_async_16_l2_128b(dst, ckv, bytes);
       ptx::cp_async_16_l2_128b(dst + 512, ckv + 256, bytes);
-      if (lane < kKpeDim * 2 / 16) ptx::cp_async_16_l2_128b(dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
+      ptx::cp_async_16_l2_128b_if(lane < kKpeDim * 2 / 16, dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
     }
+  };
+  // fp8 walks its rows by a fixed trip count, with no bound test and branch per row: fp8 on the
+  // H200 -2.5 to -3.4 % (runs 559-560). bf16's bounded loop stays: the fixed one cost the H100's
+  // unsplit random lists +1.6 % at T = 1024 (run 561).
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int i = 0; i < BK / kWarps; ++i) load_row(warp + i * kWarps);
+  } else {
+#pragma unroll
+    for (int r = warp; r < BK; r += kWarps) load_row(r);
   }
 }
 
