@@ -162,6 +162,12 @@
 //                137.9 / 269.3 / 527.0, T = 8 runs 13.0 -> 12.8; H100 T = 8 runs 13.3 -> 13.0,
 //                T = 64 70.2 -> 69.4, but unsplit T = 512 / 1024 random 308.4 / 612.6 -> 312.5 /
 //                639.0 (so off there); separate requests within 0.4 % on both.
+//   v31 a7ca842  row gathers without a branch per row: the side chunks (kpe; fp8 scales and kpe) by one
+//                predicated cp.async (an if compiled to a branch and reconvergence per row), fp8 rows
+//                by a fixed trip count (bf16 keeps its bounded loop: the fixed one cost the H100's
+//                unsplit random lists +1.6 %, run 561). Runs 562-563 (us): fp8 H200 random T = 256 /
+//                1024 112.0 / 426.8 -> 107.1 / 400.4, separate requests T = 1024 434.9 -> 416.4; H100
+//                random T = 256 / 1024 119.0 / 439.3 -> 114.4 / 423.2; bf16 unchanged.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
