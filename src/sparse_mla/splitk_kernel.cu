@@ -348,9 +348,10 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
       ptx::cp_async_16_l2_128b_if(lane < kKpeDim * 2 / 16, dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
     }
   };
-  // fp8 walks its rows by a fixed trip count, with no bound test and branch per row: fp8 on the
-  // H200 -2.5 to -3.4 % (runs 559-560). bf16's bounded loop stays: the fixed one cost the H100's
-  // unsplit random lists +1.6 % at T = 1024 (run 561).
+  // fp8 walks its rows by a fixed trip count, with no bound test and branch per row: with the
+  // predicated copy fp8 ran -3 to -6 % on the H200 and -3.5 % on the H100's random lists (runs
+  // 562-563). bf16's bounded loop stays: the fixed one cost the H100's unsplit random lists
+  // +1.6 % at T = 1024 (run 561).
   if constexpr (kFp8) {
 #pragma unroll
     for (int i = 0; i < BK / kWarps; ++i) load_row(warp + i * kWarps);
