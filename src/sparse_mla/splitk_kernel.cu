@@ -319,7 +319,7 @@ static_assert(kFp8ScaleDims * kWarps == kCkvDim, "a scale block per warp");
 // masked keys multiply finite zeros. L2 fetches whole 128-byte lines for bf16 rows (-1 % at T >= 64).
 // kFp8: the row's 41 chunks as they are stored, lane l chunk l and lanes 0-8 chunk 32 + l (the
 // scales and kpe).
-template <int BK, bool kFp8>
+template <int BK, bool kFp8, bool kFixedRowLoop>
 __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* tile, const int* rows, int count) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t base = ptx::smem_addr(tile) + lane * 16;
@@ -352,7 +352,7 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
   // predicated copy fp8 ran -3 to -6 % on the H200 and -3.5 % on the H100's random lists (runs
   // 562-563). bf16's bounded loop stays: the fixed one cost the H100's unsplit random lists
   // +1.6 % at T = 1024 (run 561).
-  if constexpr (kFp8) {
+  if constexpr (kFixedRowLoop) {
 #pragma unroll
     for (int i = 0; i < BK / kWarps; ++i) load_row(warp + i * kWarps);
   } else {
@@ -771,6 +771,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   static_assert(!kFp8 || ((BK == 32 || BK == 64) && kStage == kStageFull), "fp8 instances: 32- or 64-row tiles, full kernel");
   using Shape = TileShape<BK, STAGES, kFp8>;
   constexpr int kSlot = kSlotBytes<kFp8>;
+  // load_tile's fixed row loop where the warps' instruction chains bind (fp8, split softmax).
+  constexpr bool kFixedRowLoop = kFp8 || kSplitSoftmax;
   constexpr int kNTiles = BK / 8;  // n8 tiles of keys
   extern __shared__ __align__(128) uint8_t smem[];
   uint8_t* s_tiles = smem;
@@ -954,7 +956,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   const int ntiles = (nvalid + BK - 1) / BK;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < ntiles) load_tile<BK, kFp8>(p, s_tiles + s * Shape::kTileBytes, rows + s * BK, min(BK, nvalid - s * BK));
+    if (s < ntiles) load_tile<BK, kFp8, kFixedRowLoop>(p, s_tiles + s * Shape::kTileBytes, rows + s * BK, min(BK, nvalid - s * BK));
     ptx::cp_async_commit();
   }
 
@@ -1058,7 +1060,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     {
       const int nt = it + STAGES - 1;
       if (nt < ntiles)
-        load_tile<BK, kFp8>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
+        load_tile<BK, kFp8, kFixedRowLoop>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
       ptx::cp_async_commit();
     }
     uint8_t* const tile_bytes = s_tiles + (it % STAGES) * Shape::kTileBytes;
