@@ -167,7 +167,9 @@
 //                by a fixed trip count (bf16 keeps its bounded loop: the fixed one cost the H100's
 //                unsplit random lists +1.6 %, run 561). Runs 562-563 (us): fp8 H200 random T = 256 /
 //                1024 112.0 / 426.8 -> 107.1 / 400.4, separate requests T = 1024 434.9 -> 416.4; H100
-//                random T = 256 / 1024 119.0 / 439.3 -> 114.4 / 423.2; bf16 unchanged.
+//                random T = 256 / 1024 119.0 / 439.3 -> 114.4 / 423.2; bf16 unchanged. 2de8602: bf16
+//                with a split softmax takes the fixed trip count too (run 565, H200 random T = 256 /
+//                512 / 1024 137.5 / 267.9 / 526.1 -> 135.1 / 259.8 / 508.2; T = 8 runs +0.15 us).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -348,10 +350,11 @@ __device__ __forceinline__ void load_tile(const SparseMlaParams& p, uint8_t* til
       ptx::cp_async_16_l2_128b_if(lane < kKpeDim * 2 / 16, dst + kCkvDim * 2, p.kpe + row * p.kpe_row_stride + lane * 8, bytes);
     }
   };
-  // fp8 walks its rows by a fixed trip count, with no bound test and branch per row: with the
-  // predicated copy fp8 ran -3 to -6 % on the H200 and -3.5 % on the H100's random lists (runs
-  // 562-563). bf16's bounded loop stays: the fixed one cost the H100's unsplit random lists
-  // +1.6 % at T = 1024 (run 561).
+  // kFixedRowLoop (fp8, and bf16 with a split softmax, where the warps' instruction chains bind):
+  // a fixed trip count, with no bound test and branch per row. With the predicated copy fp8 ran
+  // -3 to -6 % on the H200 and -3.5 % on the H100's random lists (runs 562-563), split bf16 on the
+  // H200 -2 to -3.4 % from T = 256 (run 565). bf16 that repeats its softmax (the H100's unsplit
+  // lists) keeps the bounded loop: the fixed one cost its random lists +1.6 % at T = 1024 (run 561).
   if constexpr (kFixedRowLoop) {
 #pragma unroll
     for (int i = 0; i < BK / kWarps; ++i) load_row(warp + i * kWarps);
