@@ -22,7 +22,9 @@
 #include "dense_bench.h"
 #include "flashinfer_bench.h"
 #include "index_analysis.h"
+#include "fuzz.h"
 #include "plan_grid.h"
+#include "plan_label.h"
 #include "common/cuda_check.h"
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
@@ -234,10 +236,6 @@ IndexSharing index_sharing(const Options& o, const BenchCase& c) {
   if (name == "consecutive") return IndexSharing::consecutive;
   if (name == "none") return IndexSharing::none;
   return IndexSharing::unknown;
-}
-
-const char* kernel_name(const SparseMlaPlan& plan) {
-  return plan.kernel == SparseMlaKernel::shared_rows ? "rows" : "splitk";
 }
 
 // One call with the in-kernel timeline on (L2 flushed first), summarised per phase over CTAs.
@@ -691,18 +689,8 @@ void print_table(const std::vector<Result>& results, FILE* f) {
                "plan", "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "row-order",
                "output", "per-token", "GB/s", "TFLOP/s", "target");
   for (const Result& r : results) {
-    char plan[32], range[48];
-    if (r.plan.kernel == SparseMlaKernel::shared_rows && r.plan.splits > 1)
-      std::snprintf(plan, sizeof plan, "%s/%d", kernel_name(r.plan), r.plan.splits);
-    else if (r.plan.kernel == SparseMlaKernel::shared_rows)
-      std::snprintf(plan, sizeof plan, "%s", kernel_name(r.plan));
-    else
-      std::snprintf(plan, sizeof plan, "%d/%d", r.plan.block_keys, r.plan.splits);
-    if (r.plan.lead_tokens > 0)  // the first N tokens in S splits (1: whole), the rest in the plan's
-      std::snprintf(plan + std::strlen(plan), sizeof plan - std::strlen(plan), ",lead%dx%d", r.plan.lead_tokens, r.plan.lead_splits);
-    if (r.plan.row_order) std::strncat(plan, ",o", sizeof plan - std::strlen(plan) - 1);  // rows in row order
-    if (r.plan.balanced) std::strncat(plan, ",b", sizeof plan - std::strlen(plan) - 1);   // splits from a schedule
-    if (r.plan.split_softmax) std::strncat(plan, ",s", sizeof plan - std::strlen(plan) - 1);  // softmax split over the warps
+    char range[48];
+    const std::string plan = plan_label(r.plan);
     std::snprintf(range, sizeof range, "%.1f (%.1f-%.1f)", r.kernel.median_us, r.kernel.min_us, r.kernel.max_us);
     std::string parts;  // each kernel's span, in launch order
     for (double us : r.kernel.per_kernel_median_us) {
@@ -717,7 +705,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     char per_token[24] = "-";  // per-token output floor (us/rows per block)
     if (r.per_token_rows > 0) std::snprintf(per_token, sizeof per_token, "%.1f/%d", r.per_token_floor.median_us, r.per_token_rows);
     std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %10s %7.0f %7.1f  %s\n", r.c.name.c_str(),
-                 r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan,
+                 r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan.c_str(),
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
                  range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, r.gather_row_order.median_us,
                  output, per_token, gbs, useful_tflops(r, r.kernel.median_us),
@@ -1155,6 +1143,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "fa2", "wgmma"}));
   dense->add_option("--block-q", dense_o.block_q, "override the plan's query tile (fa2: 64 or 128)")
       ->check(CLI::IsMember({64, 128}));
+  dsa::bench::FuzzOptions fuzz_o;
+  CLI::App* fuzz = app.add_subcommand("fuzz", "random problems, layouts and plan choices through the public API, each against the GPU "
+                                              "reference (tools/dsa_bench/fuzz.h)");
+  fuzz->add_option("--cases", fuzz_o.cases, "cases to run")->check(CLI::Range(1, 1 << 24));
+  fuzz->add_option("--seed", fuzz_o.seed, "seed (0: from the clock; printed)");
+  fuzz->add_option("--first", fuzz_o.first, "the first case number (repeat one case: --first N --cases 1)")->check(CLI::Range(0, 1 << 30));
+  fuzz->add_option("--kv", fuzz_o.kv, "cache formats drawn: bf16, fp8 or both")->check(CLI::IsMember({"bf16", "fp8", "both"}));
+  fuzz->add_flag("--verbose", fuzz_o.verbose, "a line per case");
+  fuzz->add_flag("--list", fuzz_o.list, "print the cases and their plans on a described H100 (needs --seed); run nothing");
   CLI::App* wgmma = app.add_subcommand("wgmma", "the tensor cores' rate for the shared-rows kernels' wgmma shapes, alone and mixed");
   bool plan_grid_summary = false;
   CLI::App* plan_grid = app.add_subcommand("plan-grid", "the planner's plan for every shape of a fixed grid, then a hash: two builds that print the same hash plan alike");
@@ -1166,6 +1163,7 @@ int main(int argc, char** argv) {
     if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*wgmma) return dsa::bench::run_wgmma_probe();
+    if (*fuzz) return dsa::bench::run_fuzz(fuzz_o);
     if (*plan_grid) return dsa::bench::run_plan_grid(plan_grid_summary);
     if (*inspect) {
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
