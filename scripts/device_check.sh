@@ -26,6 +26,9 @@ if [ "$PARTS" != bench ]; then
 if [ "$NO_TESTS" != 1 ]; then
   echo "== gpu tests"
   "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
+  echo "== dsa-bench fuzz (CTest bench_fuzz's 200 cases; ~60 s)"
+  "$BUILD"/tools/dsa-bench fuzz --cases 200 --seed 20261127 > "$OUT/fuzz.log" 2>&1
+  echo "rc=$? $(grep -E '^FAIL|cases,' "$OUT/fuzz.log" | head -5)"
 fi
 SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*:*SharedRowsSweep*H16_topk2048_random*:Gpu.SharedRowsMixesEntryWordsAndCounts:Gpu.SharedRowsSortsOnlyTheValidKeys:Gpu.WideHeadsTakeSharedRowsAndAgree:Gpu.WideHeadsSmallCallsSplitTheirListsAndAgree:Gpu.SharedRowsSplitsAgree:*SplitKRowOrder.*:Gpu.SharedRowsRowOrderAgrees:*Balanced*'
 DENSE='*DenseSweep*_L17:*DenseSweep*_L1000:Gpu.DenseDifferentQueryAndKeyLengths:Gpu.DenseEveryKernelAndQueryTileAgrees:Gpu.DenseStridedQkvAndPaddedOutputs:Gpu.DenseEmptyProblemsWriteNothing'
@@ -35,6 +38,10 @@ for tool in $SANITIZERS; do
   compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
   echo "== $tool rc=$? $(grep -E 'tests ran|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tr '\n' ' ')"
 done
+case " $SANITIZERS " in *" memcheck "*)
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD"/tools/dsa-bench fuzz --cases 12 --seed 5 > "$OUT/memcheck_fuzz.log" 2>&1
+  echo "== memcheck on 12 fuzz cases rc=$? $(grep -E 'cases,|ERROR SUMMARY' "$OUT/memcheck_fuzz.log" | tr '\n' ' ')" ;;
+esac
 fi
 [ "$PARTS" = tests ] && exit 0
 echo "== dsa-bench --suite $SUITE --stage all $*"

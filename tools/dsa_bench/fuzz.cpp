@@ -30,9 +30,8 @@ using workload::Rng;
 constexpr int64_t kCacheRows = int64_t{1} << 18;
 constexpr int kWideFp8RowBytes = kFp8RowBytes + 16;  // fp8_ds_mla rows at a stride past 656 bytes
 constexpr int kCombinedRow = kCkvDim + kKpeDim;       // bf16 ckv|kpe rows in one buffer
-// Work per case, bounded so that the plain reference kernel stays well under a second.
-constexpr int64_t kMaxTokenHeadEntries = int64_t{1} << 26;  // T x H x topk
-constexpr int64_t kMaxEntries = int64_t{1} << 22;           // T x topk (host index generation)
+// T x topk per case at most (host index generation); T x H x topk is FuzzOptions::max_work.
+constexpr int64_t kMaxEntries = int64_t{1} << 25;
 constexpr int64_t kMaxCpuCheck = int64_t{1} << 22;          // valid entries x H: checked in float64 too
 constexpr size_t kGuardBytes = 4096;                        // checked past each output and the workspace
 constexpr uint16_t kPoison16 = 0xffff;                      // what cudaMemset(0xff) leaves: a NaN
@@ -149,15 +148,16 @@ int log_uniform(Rng& rng, int lo, int hi) {  // [lo, hi]
   return std::clamp(int(std::exp(std::log(double(lo)) + rng.uniform() * (std::log(double(hi) + 1) - std::log(double(lo))))), lo, hi);
 }
 
-FuzzCase draw_case(Rng& rng, int number, const std::string& kv) {
+FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
+  const std::string& kv = o.kv;
   FuzzCase c;
   c.number = number;
   c.H = pick(rng, {16, 16, 32, 64, 128});
   c.topk = rng.uniform() < 0.8 ? pick(rng, {1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 127, 128, 255, 256, 300, 511, 512, 513,
                                             1000, 1023, 1024, 1025, 2047, 2048, 2048, 2048, 2049, 3000, 4096})
                                : 1 + int(rng.below(2048));
-  const int64_t max_t = std::min(kMaxTokenHeadEntries / (int64_t(c.H) * c.topk), kMaxEntries / c.topk);
-  c.T = log_uniform(rng, 1, int(std::clamp<int64_t>(max_t, 1, 4096)));
+  const int64_t max_t = std::min(o.max_work / (int64_t(c.H) * c.topk), kMaxEntries / c.topk);
+  c.T = log_uniform(rng, 1, int(std::clamp<int64_t>(max_t, 1, o.max_tokens)));
   c.page_size = rng.uniform() < 0.7 ? pick(rng, {1, 16, 64, 64, 64, 128}) : 1 + int(rng.below(300));
   const int64_t want_rows = pick<int64_t>(rng, {std::max(1, c.topk / 2), 2 * int64_t(c.topk), 8192, 50000, kCacheRows});
   c.num_pages = int(std::clamp<int64_t>(want_rows / c.page_size, 1, kCacheRows / c.page_size));
@@ -401,6 +401,13 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
   const int64_t stray_lse = count_stray_writes<uint32_t>(lse1, kPoison32, T, H, 1, lse_stride, 1);
   const int64_t stray_ws = std::count_if(ws_guard.begin(), ws_guard.end(), [](uint8_t b) { return b != 0xff; });
 
+  // count_invalid_indices over the same lists (all topk entries, the stride's gap excluded),
+  // on the device and on the host.
+  DevicePtr d_count = device_copy(std::vector<long long>{0});
+  count_invalid_indices(p.indices, T, topk, idx_stride, c.rows(), static_cast<long long*>(d_count.get()), stream);
+  const long long invalid_device = host_copy<long long>(d_count.get(), 1)[0];
+  const int64_t invalid_host = count_invalid_indices_host(idx.data(), T, topk, idx_stride, c.rows());
+
   // The float64 CPU reference too where it is quick: code that shares nothing with the kernels'
   // launch path, which the GPU reference's parameters come through.
   int64_t valid = 0;
@@ -426,11 +433,15 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
     cpu = compare_to_reference(out.data(), lse.data(), cpu_out.data(), cpu_lse.data(), T, H);
   }
 
-  res.ok = a.ok() && (!cpu_checked || cpu.ok()) && stray_out == 0 && stray_lse == 0 && stray_ws == 0 && same;
+  res.ok = a.ok() && (!cpu_checked || cpu.ok()) && stray_out == 0 && stray_lse == 0 && stray_ws == 0 && same &&
+           invalid_device == invalid_host;
   res.detail = "vs GPU reference " + a.summary() + (cpu_checked ? "; vs CPU reference " + cpu.summary() : "");
   if (stray_out || stray_lse || stray_ws)
     res.detail += "; written outside: out " + std::to_string(stray_out) + ", lse " + std::to_string(stray_lse) +
                   ", past the workspace " + std::to_string(stray_ws) + " bytes";
+  if (invalid_device != invalid_host)
+    res.detail += "; count_invalid_indices " + std::to_string(invalid_device) + " on the device, " + std::to_string(invalid_host) +
+                  " on the host";
   if (!graph_error.empty()) res.detail += "; " + graph_error;
   else if (!same) res.detail += "; the graph's replay differed from the first call";
   return res;
@@ -444,7 +455,7 @@ int list_cases(const FuzzOptions& o, uint64_t seed) {
   std::map<std::string, int> refusals;
   for (int n = o.first; n < o.first + o.cases; ++n) {
     Rng rng(case_seed(seed, n));
-    const FuzzCase c = draw_case(rng, n, o.kv);
+    const FuzzCase c = draw_case(rng, n, o);
     bool refused = false;
     const SparseMlaPlan plan = plan_case(c, h100, refused, refusals);
     std::printf("%s\n  plan %s (H100)%s\n", c.describe().c_str(), plan_label(plan).c_str(), refused ? ", the choice refused" : "");
@@ -475,7 +486,7 @@ int run_fuzz(const FuzzOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int n = o.first; n < o.first + o.cases; ++n) {
     Rng rng(case_seed(seed, n));
-    const FuzzCase c = draw_case(rng, n, o.kv);
+    const FuzzCase c = draw_case(rng, n, o);
     if (o.verbose) std::printf("%s\n", c.describe().c_str()), std::fflush(stdout);
     CaseResult r;
     try {

@@ -9,6 +9,7 @@
 //  - a write outside out's and lse's elements, or past the plan's workspace;
 //  - a second call, captured in a CUDA graph and replayed on the workspace the first call left,
 //    that differs from the first in any bit;
+//  - count_invalid_indices on the device and on the host disagreeing over the case's lists;
 //  - a validated problem the forward refuses, or a CUDA error.
 // Every case can be repeated alone: dsa-bench fuzz --seed S --first N --cases 1 --verbose
 #pragma once
@@ -23,6 +24,8 @@ struct FuzzOptions {
   uint64_t seed = 0;       // 0: from the clock (printed, so a failing run can be repeated)
   int first = 0;           // the first case number
   std::string kv = "both";  // bf16, fp8 or both (drawn per case)
+  int max_tokens = 4096;   // T at most (drawn log-uniform from 1)
+  int64_t max_work = int64_t{1} << 26;  // T x H x topk at most: the plain GPU reference's time
   bool verbose = false;    // a line per case, not only per failure
   bool list = false;       // print the cases and their plans on a described H100; run nothing
 };
