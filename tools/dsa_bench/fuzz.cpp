@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_kernels.h"
+#include "device_memory.h"
 #include "common/cuda_check.h"
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
@@ -37,29 +38,6 @@ constexpr size_t kGuardBytes = 4096;                        // checked past each
 constexpr uint16_t kPoison16 = 0xffff;                      // what cudaMemset(0xff) leaves: a NaN
 constexpr uint32_t kPoison32 = 0xffffffffu;
 
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevicePtr = std::unique_ptr<void, DeviceFree>;
-
-DevicePtr device_alloc(size_t bytes) {
-  void* p = nullptr;
-  DSA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-  return DevicePtr(p);
-}
-template <class T>
-DevicePtr device_copy(const std::vector<T>& h) {
-  DevicePtr d = device_alloc(h.size() * sizeof(T));
-  DSA_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-template <class T>
-std::vector<T> host_copy(const void* d, size_t n) {
-  std::vector<T> h(n);
-  DSA_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 // The cache in four layouts on the device, and host copies for the float64 CPU reference.
 struct FuzzCache {
   DevicePtr ckv, kpe, combined, fp8, fp8_wide;
@@ -83,11 +61,11 @@ struct FuzzCache {
     DSA_CUDA_CHECK(cudaMemcpy2D(fp8_wide.get(), kWideFp8RowBytes, fp8.get(), kFp8RowBytes, kFp8RowBytes, R,
                                 cudaMemcpyDeviceToDevice));
     DSA_CUDA_CHECK(cudaDeviceSynchronize());
-    host_ckv = host_copy<uint16_t>(ckv.get(), R * kCkvDim);
-    host_kpe = host_copy<uint16_t>(kpe.get(), R * kKpeDim);
-    host_combined = host_copy<uint16_t>(combined.get(), R * kCombinedRow);
-    host_fp8 = host_copy<uint8_t>(fp8.get(), R * kFp8RowBytes);
-    host_fp8_wide = host_copy<uint8_t>(fp8_wide.get(), R * kWideFp8RowBytes);
+    host_ckv = host_copy(static_cast<const uint16_t*>(ckv.get()), R * kCkvDim);
+    host_kpe = host_copy(static_cast<const uint16_t*>(kpe.get()), R * kKpeDim);
+    host_combined = host_copy(static_cast<const uint16_t*>(combined.get()), R * kCombinedRow);
+    host_fp8 = host_copy(static_cast<const uint8_t*>(fp8.get()), R * kFp8RowBytes);
+    host_fp8_wide = host_copy(static_cast<const uint8_t*>(fp8_wide.get()), R * kWideFp8RowBytes);
   }
 };
 
@@ -297,7 +275,7 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
   DevicePtr d_qn = device_alloc(size_t(qn.span) * 2), d_qp = device_alloc(size_t(qp.span) * 2);
   launch_fill_normal_bf16(static_cast<uint16_t*>(d_qn.get()), size_t(qn.span), c.q_scale, rng.next(), stream);
   launch_fill_normal_bf16(static_cast<uint16_t*>(d_qp.get()), size_t(qp.span), c.q_scale, rng.next(), stream);
-  DevicePtr d_idx = device_copy(idx), d_len = device_copy(lengths);
+  DevicePtr d_idx(device_copy(idx)), d_len(device_copy(lengths));
   DevicePtr d_out = device_alloc(out_n * 2), d_lse = device_alloc(lse_n * 4);
   DevicePtr d_ref_out = device_alloc(size_t(T) * H * kCkvDim * 2), d_ref_lse = device_alloc(size_t(T) * H * 4);
 
@@ -345,7 +323,7 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
       workload::IndexSpec other = c.spec;
       other.pattern = IndexPattern::random;
       other.valid_counts = {int(rng.below(uint64_t(topk) + 1))};
-      d_other_idx = device_copy(workload::make_indices(other, rng.next()));
+      d_other_idx.reset(device_copy(workload::make_indices(other, rng.next())));
       from.indices = static_cast<const int32_t*>(d_other_idx.get());
       from.indices_token_stride = 0;
     }
@@ -369,8 +347,8 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
   }
   const cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) throw Error(std::string("CUDA error after the forward: ") + cudaGetErrorString(err));
-  const auto out1 = host_copy<uint16_t>(d_out.get(), out_n);
-  const auto lse1 = host_copy<uint32_t>(d_lse.get(), lse_n);
+  const auto out1 = host_copy(static_cast<const uint16_t*>(d_out.get()), out_n);
+  const auto lse1 = host_copy(static_cast<const uint32_t*>(d_lse.get()), lse_n);
   const auto ws_guard = host_copy<uint8_t>(static_cast<uint8_t*>(d_ws.get()) + plan.workspace_bytes, kGuardBytes);
 
   SparseMlaProblem ref = p;
@@ -382,11 +360,11 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
   // workspace as the first call left it; every bit must match the first call's.
   poison_outputs();
   const std::string graph_error = replay_in_graph([&](cudaStream_t s) { sparse_mla_forward(p, plan, d_ws.get(), plan.workspace_bytes, s); });
-  const bool same = graph_error.empty() && host_copy<uint16_t>(d_out.get(), out_n) == out1 &&
-                    host_copy<uint32_t>(d_lse.get(), lse_n) == lse1;
+  const bool same = graph_error.empty() && host_copy(static_cast<const uint16_t*>(d_out.get()), out_n) == out1 &&
+                    host_copy(static_cast<const uint32_t*>(d_lse.get()), lse_n) == lse1;
 
-  const auto ro = host_copy<uint16_t>(d_ref_out.get(), size_t(T) * H * kCkvDim);
-  const auto rl = host_copy<float>(d_ref_lse.get(), size_t(T) * H);
+  const auto ro = host_copy(static_cast<const uint16_t*>(d_ref_out.get()), size_t(T) * H * kCkvDim);
+  const auto rl = host_copy(static_cast<const float*>(d_ref_lse.get()), size_t(T) * H);
   std::vector<uint16_t> out(ro.size());
   std::vector<float> lse(rl.size());
   for (int t = 0; t < T; ++t)
@@ -403,9 +381,9 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
 
   // count_invalid_indices over the same lists (all topk entries, the stride's gap excluded),
   // on the device and on the host.
-  DevicePtr d_count = device_copy(std::vector<long long>{0});
+  DevicePtr d_count(device_copy(std::vector<long long>{0}));
   count_invalid_indices(p.indices, T, topk, idx_stride, c.rows(), static_cast<long long*>(d_count.get()), stream);
-  const long long invalid_device = host_copy<long long>(d_count.get(), 1)[0];
+  const long long invalid_device = host_copy(static_cast<const long long*>(d_count.get()), 1)[0];
   const int64_t invalid_host = count_invalid_indices_host(idx.data(), T, topk, idx_stride, c.rows());
 
   // The float64 CPU reference too where it is quick: code that shares nothing with the kernels'
@@ -417,7 +395,8 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
   Agreement cpu;
   const bool cpu_checked = valid * H <= kMaxCpuCheck;
   if (cpu_checked) {
-    const auto q_nope = host_copy<uint16_t>(d_qn.get(), size_t(qn.span)), q_pe = host_copy<uint16_t>(d_qp.get(), size_t(qp.span));
+    const auto q_nope = host_copy(static_cast<const uint16_t*>(d_qn.get()), size_t(qn.span));
+    const auto q_pe = host_copy(static_cast<const uint16_t*>(d_qp.get()), size_t(qp.span));
     SparseMlaProblem hp = p;
     hp.q_nope = q_nope.data(), hp.q_pe = q_pe.data();
     hp.ckv_cache = host_ckv, hp.kpe_cache = host_kpe;

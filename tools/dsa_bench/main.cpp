@@ -20,6 +20,7 @@
 
 #include "bench_kernels.h"
 #include "dense_bench.h"
+#include "device_memory.h"
 #include "flashinfer_bench.h"
 #include "index_analysis.h"
 #include "fuzz.h"
@@ -189,26 +190,6 @@ struct Cache {
     p.kpe_cache = fp8 ? nullptr : host ? host_kpe.data() : static_cast<const void*>(kpe);
   }
 };
-
-template <class T>
-T* device_copy(const std::vector<T>& h) {
-  T* d = nullptr;
-  DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(h.size(), 1) * sizeof(T)));
-  DSA_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-
-template <class T>
-std::vector<T> host_copy(const T* d, size_t n) {
-  std::vector<T> h(n);
-  DSA_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
-struct DeviceFree {
-  void operator()(void* p) const { cudaFree(p); }
-};
-using DevicePtr = std::unique_ptr<void, DeviceFree>;
 
 PlanChoice plan_choice(const Options& o) {
   PlanChoice c{o.block_keys, o.splits};
