@@ -161,7 +161,10 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
   c.index_pad = rng.uniform() < 0.3 ? 1 + int(rng.below(40)) : 0;
   c.lengths = rng.uniform() < 0.25;
   c.sharing = pick(rng, {IndexSharing::unknown, IndexSharing::unknown, IndexSharing::consecutive, IndexSharing::none});
+  // |sm_scale| in [0.02, 0.2], negative 20 % of the time; 0 (equal logits: lse = log2 of the
+  // valid count) 5 % of the time.
   c.sm_scale = float(std::exp(std::log(0.02) + rng.uniform() * std::log(10.0))) * (rng.uniform() < 0.2 ? -1.f : 1.f);
+  if (rng.uniform() < 0.05) c.sm_scale = 0.f;
   c.q_scale = pick(rng, {0.5f, 1.f, 2.f});
   c.choice_text = "planner";
   if (rng.uniform() < 0.5) {
