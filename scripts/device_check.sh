@@ -26,9 +26,11 @@ if [ "$PARTS" != bench ]; then
 if [ "$NO_TESTS" != 1 ]; then
   echo "== gpu tests"
   "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
-  echo "== dsa-bench fuzz (CTest bench_fuzz's 200 cases; ~60 s)"
+  echo "== dsa-bench fuzz (CTest bench_fuzz's 200 cases, ~60 s, and bench_fuzz_dense's 500, ~12 s)"
   "$BUILD"/tools/dsa-bench fuzz --cases 200 --seed 20261127 > "$OUT/fuzz.log" 2>&1
   echo "rc=$? $(grep -E '^FAIL|cases,' "$OUT/fuzz.log" | head -5)"
+  "$BUILD"/tools/dsa-bench fuzz --dense --cases 500 --seed 20261127 > "$OUT/fuzz_dense.log" 2>&1
+  echo "dense rc=$? $(grep -E '^FAIL|cases,' "$OUT/fuzz_dense.log" | head -5)"
 fi
 SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*:*SharedRowsSweep*H16_topk2048_random*:Gpu.SharedRowsMixesEntryWordsAndCounts:Gpu.SharedRowsSortsOnlyTheValidKeys:Gpu.WideHeadsTakeSharedRowsAndAgree:Gpu.WideHeadsSmallCallsSplitTheirListsAndAgree:Gpu.SharedRowsSplitsAgree:*SplitKRowOrder.*:Gpu.SharedRowsRowOrderAgrees:*Balanced*'
 DENSE='*DenseSweep*_L17:*DenseSweep*_L1000:Gpu.DenseDifferentQueryAndKeyLengths:Gpu.DenseEveryKernelAndQueryTileAgrees:Gpu.DenseStridedQkvAndPaddedOutputs:Gpu.DenseEmptyProblemsWriteNothing'

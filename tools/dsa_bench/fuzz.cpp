@@ -14,6 +14,7 @@
 
 #include "bench_kernels.h"
 #include "device_memory.h"
+#include "fuzz_common.h"
 #include "common/cuda_check.h"
 #include "dsa/reference.h"
 #include "dsa/sparse_mla.h"
@@ -115,17 +116,6 @@ struct FuzzCase {
   }
 };
 
-// Case n of a run draws from its own generator: any case can be repeated alone.
-uint64_t case_seed(uint64_t seed, int n) { return seed ^ (0x9e3779b97f4a7c15ull * uint64_t(n + 1)); }
-
-template <class T>
-T pick(Rng& rng, std::initializer_list<T> values) {
-  return values.begin()[rng.below(values.size())];
-}
-int log_uniform(Rng& rng, int lo, int hi) {  // [lo, hi]
-  return std::clamp(int(std::exp(std::log(double(lo)) + rng.uniform() * (std::log(double(hi) + 1) - std::log(double(lo))))), lo, hi);
-}
-
 FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
   const std::string& kv = o.kv;
   FuzzCase c;
@@ -192,19 +182,6 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
   return c;
 }
 
-// Every element of a buffer of `span` + guard elements outside [T, H, D] at (token, head)
-// strides must still hold the poison; counts those that do not.
-template <class T>
-int64_t count_stray_writes(const std::vector<T>& buf, T poison, int tokens, int heads, int D, int64_t token_stride,
-                           int64_t head_stride) {
-  std::vector<char> inside(buf.size(), 0);
-  for (int t = 0; t < tokens; ++t)
-    for (int h = 0; h < heads; ++h) std::fill_n(inside.begin() + t * token_stride + h * head_stride, D, 1);
-  int64_t stray = 0;
-  for (size_t i = 0; i < buf.size(); ++i) stray += !inside[i] && buf[i] != poison ? 1 : 0;
-  return stray;
-}
-
 // The case's plan: its choice's, or the planner's where the planner refuses the choice (counted
 // in `refusals` by the message's first clause).
 SparseMlaPlan plan_case(const FuzzCase& c, const DeviceInfo& dev, bool& refused, std::map<std::string, int>& refusals) {
@@ -219,42 +196,8 @@ SparseMlaPlan plan_case(const FuzzCase& c, const DeviceInfo& dev, bool& refused,
   }
 }
 
-// Captures `launch` on a stream of its own, replays the graph once and waits: "" or what failed.
-template <class Launch>
-std::string replay_in_graph(Launch&& launch) {
-  cudaStream_t stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  std::string error;
-  DSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  DSA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  try {
-    launch(stream);
-  } catch (const Error& e) {
-    error = std::string("the forward refused to be captured: ") + e.what();
-  }
-  const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-  if (error.empty() && end != cudaSuccess) error = std::string("graph capture: ") + cudaGetErrorString(end);
-  if (error.empty() && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) error = "graph instantiation failed";
-  if (error.empty()) {
-    DSA_CUDA_CHECK(cudaDeviceSynchronize());  // the stream does not wait for the legacy stream's poison
-    DSA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    DSA_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  if (exec) cudaGraphExecDestroy(exec);
-  if (graph) cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
-  cudaGetLastError();  // a failed capture's error is reported above, not left for the next call
-  return error;
-}
-
-struct CaseResult {
-  bool ok = false, refused_choice = false;
-  std::string plan, detail;
-};
-
-CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::map<std::string, int>& refusals) {
-  CaseResult res;
+FuzzOutcome run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::map<std::string, int>& refusals) {
+  FuzzOutcome res;
   const int T = c.T, H = c.H, topk = c.topk;
   const cudaStream_t stream = nullptr;
   // Indices [T, topk] at a stride of topk + index_pad, the gap holding rows that must not be read;
@@ -342,14 +285,8 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
     DSA_CUDA_CHECK(cudaMemset(d_lse.get(), 0xff, lse_n * 4));
   };
   poison_outputs();
-  try {
-    sparse_mla_forward(p, plan, d_ws.get(), plan.workspace_bytes, stream);
-  } catch (const Error& e) {
-    res.detail = std::string("the forward refused a validated problem: ") + e.what();
-    return res;
-  }
-  const cudaError_t err = cudaDeviceSynchronize();
-  if (err != cudaSuccess) throw Error(std::string("CUDA error after the forward: ") + cudaGetErrorString(err));
+  res.detail = first_call([&] { sparse_mla_forward(p, plan, d_ws.get(), plan.workspace_bytes, stream); });
+  if (!res.detail.empty()) return res;
   const auto out1 = host_copy(static_cast<const uint16_t*>(d_out.get()), out_n);
   const auto lse1 = host_copy(static_cast<const uint32_t*>(d_lse.get()), lse_n);
   const auto ws_guard = host_copy<uint8_t>(static_cast<uint8_t*>(d_ws.get()) + plan.workspace_bytes, kGuardBytes);
@@ -378,8 +315,8 @@ CaseResult run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::ma
   std::vector<double> ro_d(ro.size()), rl_d(rl.begin(), rl.end());
   for (size_t i = 0; i < ro.size(); ++i) ro_d[i] = bf16_to_float(ro[i]);
   const Agreement a = compare_to_reference(out.data(), lse.data(), ro_d.data(), rl_d.data(), T, H);
-  const int64_t stray_out = count_stray_writes<uint16_t>(out1, kPoison16, T, H, kCkvDim, os.token, os.head);
-  const int64_t stray_lse = count_stray_writes<uint32_t>(lse1, kPoison32, T, H, 1, lse_stride, 1);
+  const int64_t stray_out = count_stray_writes<uint16_t>(out1, kPoison16, kCkvDim, {{T, os.token}, {H, os.head}});
+  const int64_t stray_lse = count_stray_writes<uint32_t>(lse1, kPoison32, 1, {{T, lse_stride}, {H, 1}});
   const int64_t stray_ws = std::count_if(ws_guard.begin(), ws_guard.end(), [](uint8_t b) { return b != 0xff; });
 
   // count_invalid_indices over the same lists (all topk entries, the stride's gap excluded),
@@ -449,7 +386,7 @@ int list_cases(const FuzzOptions& o, uint64_t seed) {
 int run_fuzz(const FuzzOptions& o) {
   if (o.list) {
     if (o.seed == 0) throw Error("fuzz --list: needs --seed");
-    return list_cases(o, o.seed);
+    return o.dense ? run_dense_fuzz(o, o.seed) : list_cases(o, o.seed);
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -459,45 +396,16 @@ int run_fuzz(const FuzzOptions& o) {
   const uint64_t seed = o.seed != 0 ? o.seed : uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
   cudaDeviceProp prop{};
   DSA_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("dsa-bench fuzz: device %s, seed %llu, cases %d-%d, kv %s\n", prop.name, static_cast<unsigned long long>(seed),
-              o.first, o.first + o.cases - 1, o.kv.c_str());
+  std::printf("dsa-bench fuzz%s: device %s, seed %llu, cases %d-%d%s\n", o.dense ? " --dense" : "", prop.name,
+              static_cast<unsigned long long>(seed), o.first, o.first + o.cases - 1, o.dense ? "" : (", kv " + o.kv).c_str());
   std::fflush(stdout);
+  if (o.dense) return run_dense_fuzz(o, seed);
   const FuzzCache cache;
-  std::map<std::string, int> refusals, plans;
-  int failed = 0, refused = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int n = o.first; n < o.first + o.cases; ++n) {
-    Rng rng(case_seed(seed, n));
-    const FuzzCase c = draw_case(rng, n, o);
-    if (o.verbose) std::printf("%s\n", c.describe().c_str()), std::fflush(stdout);
-    CaseResult r;
-    try {
-      r = run_case(c, cache, rng, refusals);
-    } catch (const Error& e) {  // a CUDA error leaves the context unusable: stop here
-      std::printf("FAIL %s\n  %s\n  repeat: dsa-bench fuzz --seed %llu --first %d --cases 1 --kv %s --verbose\n",
-                  c.describe().c_str(), e.what(), static_cast<unsigned long long>(seed), n, o.kv.c_str());
-      return 1;
-    }
-    refused += r.refused_choice ? 1 : 0;
-    ++plans[r.plan];
-    if (!r.ok) {
-      ++failed;
-      std::printf("FAIL %s\n  plan %s: %s\n  repeat: dsa-bench fuzz --seed %llu --first %d --cases 1 --kv %s --verbose\n",
-                  c.describe().c_str(), r.plan.c_str(), r.detail.c_str(), static_cast<unsigned long long>(seed), n, o.kv.c_str());
-    } else if (o.verbose) {
-      std::printf("  ok, plan %s%s: %s\n", r.plan.c_str(), r.refused_choice ? " (the choice was refused: the planner's)" : "",
-                  r.detail.c_str());
-    }
-    std::fflush(stdout);
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("dsa-bench fuzz: %d cases, %d failed, %d choices refused (the planner's plan ran), %zu distinct plans, %.1f s\n",
-              o.cases, failed, refused, plans.size(), s);
-  for (const auto& [why, count] : refusals) std::printf("  refused %dx: %s\n", count, why.c_str());
-  std::string kinds;
-  for (const auto& [label, count] : plans) kinds += " " + label + ":" + std::to_string(count);
-  std::printf("  plans:%s\n", kinds.c_str());
-  return failed == 0 ? 0 : 1;
+  std::map<std::string, int> refusals;
+  return run_fuzz_cases(
+      o.first, o.cases, seed, o.verbose, "dsa-bench fuzz", "fuzz --kv " + o.kv, refusals,
+      [&](Rng& rng, int n) { return draw_case(rng, n, o); },
+      [&](const FuzzCase& c, Rng& rng) { return run_case(c, cache, rng, refusals); });
 }
 
 }  // namespace dsa::bench

@@ -12,6 +12,7 @@
 //  - count_invalid_indices on the device and on the host disagreeing over the case's lists;
 //  - a validated problem the forward refuses, or a CUDA error.
 // Every case can be repeated alone: dsa-bench fuzz --seed S --first N --cases 1 --verbose
+// `--dense` fuzzes the dense attention forward the same way (dense_fuzz.cpp).
 #pragma once
 
 #include <cstdint>
@@ -28,9 +29,14 @@ struct FuzzOptions {
   int64_t max_work = int64_t{1} << 26;  // T x H x topk at most: the plain GPU reference's time
   bool verbose = false;    // a line per case, not only per failure
   bool list = false;       // print the cases and their plans on a described H100; run nothing
+  bool dense = false;      // the dense attention forward instead (dense_fuzz.cpp)
 };
 
 // Returns the process exit code: 0 all passed, 1 a case failed, 77 no CUDA device.
 int run_fuzz(const FuzzOptions& o);
+// The dense forward's fuzzer (a device present, or o.list): each case draws the dtype, B, N, Lq,
+// Lk, the head dims, causal, the layouts of q, k, v (one interleaved buffer too), out and lse (or
+// none), a scale of either sign and, half the time, a DenseChoice; judged as run_fuzz judges.
+int run_dense_fuzz(const FuzzOptions& o, uint64_t seed);
 
 }  // namespace dsa::bench

@@ -1134,6 +1134,8 @@ int main(int argc, char** argv) {
   fuzz->add_option("--max-tokens", fuzz_o.max_tokens, "T at most")->check(CLI::Range(1, 1 << 20));
   fuzz->add_option("--max-work", fuzz_o.max_work, "T x H x topk at most (the GPU reference's time grows with it)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  fuzz->add_flag("--dense", fuzz_o.dense, "the dense attention forward instead (T, topk and --kv do not apply; Lq, Lk <= --max-tokens, "
+                                         "B x N x Lq x Lk <= --max-work)");
   fuzz->add_flag("--verbose", fuzz_o.verbose, "a line per case");
   fuzz->add_flag("--list", fuzz_o.list, "print the cases and their plans on a described H100 (needs --seed); run nothing");
   CLI::App* wgmma = app.add_subcommand("wgmma", "the tensor cores' rate for the shared-rows kernels' wgmma shapes, alone and mixed");
