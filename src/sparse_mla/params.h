@@ -261,6 +261,13 @@ inline constexpr int kLeadMinTailSplitsSplitKFastMemory = 4;
 // gain on both (runs of 1-2048 rows 64 heads T = 75 89.0 -> 76.7 on the H100), shorter lists lose
 // on both (topk 1024 64 heads T = 75 54.0 -> 73.3 on the H100, 50.5 -> 61.6 on the H200).
 inline constexpr int kHalfWaveLeadMinList = 2048;
+// ... and at 128 heads (bound by their MMAs, where it was first taken with lists of 2048) from
+// lists of this many. Shorter lists lose: a CTA's whole list costs little more than a split's
+// setup and the combine (H100, run 581, random lists T = 36 / 40, lead -> unsplit, µs): topk 512
+// 44.4 / 43.7 -> 29.9 / 30.3 (fp8 48.1 / 47.4 -> 33.6 / 34.0), 768 50.5 / 49.9 -> 39.9 / 40.4,
+// 1024 56.4 / 56.5 -> 49.9 / 50.1; at 1536 it is even (68.1 / 69.5 -> 69.5 / 69.8) and mixed
+// lengths gain (runs of 1-1536 rows T = 40 52.3 against 67.7; at 1024 43.9 against 48.3).
+inline constexpr int kHalfWaveLeadMinList128Heads = 1536;
 // Past whole waves by more than half a wave (up to 2/3 of one), the tokens past them may take 3
 // splits in two rounds of CTAs instead of a second wave of whole lists (the planner's
 // two_rounds_rule): at 128 heads always; at 64 heads with fp8 always, with bf16 for a tail of at

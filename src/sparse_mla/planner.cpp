@@ -259,8 +259,10 @@ struct PlannerContext {
     // heads only with lists of 2048 and fp8 or fast memory (params.h kHalfWaveLeadMinList): a
     // wave of one-split bf16 CTAs is bound by the gather on the H100, so the idle SMs cost little
     // and the second round more (64 heads T = 75 93.5 -> 104.5 µs, fp8 99.0 -> 94.7; run 509).
-    const bool half_wave_lead = groups_per_token > 1 ||
-                                (topk >= detail::kHalfWaveLeadMinList && (fp8 || fast_memory));
+    // At 128 heads (two groups per token) only with lists of kHalfWaveLeadMinList128Heads or
+    // more: shorter ones lose (topk 512 T = 40 43.7 -> 30.3 µs unsplit, run 581).
+    const bool half_wave_lead = groups_per_token > 1 ? topk >= detail::kHalfWaveLeadMinList128Heads
+                                                     : topk >= detail::kHalfWaveLeadMinList && (fp8 || fast_memory);
     if (groups > half && half > 0 && half_wave_lead)
       return lead_plan(half / groups_per_token, 2, groups - half, dev.sm_count, shared_rows_tiles, lead_min_tail_splits);
     return {};

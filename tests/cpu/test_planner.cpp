@@ -889,6 +889,20 @@ TEST(Planner, JustPastHalfAWaveLeadTokensTakeTwoSplits) {
   }
 }
 
+// At 128 heads the half-wave lead needs lists of 1536 or more (kHalfWaveLeadMinList128Heads):
+// shorter lists run one split (docs/perf.md run 581: topk 512 T = 40 43.7 -> 30.3 µs).
+TEST(Planner, HalfWaveLeadAt128HeadsNeedsLongLists) {
+  for (auto kv : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (int T : {34, 36, 40, 41})
+      for (auto [topk, lead] : {std::pair{512, 0}, std::pair{1024, 0}, std::pair{1535, 0}, std::pair{1536, 33}, std::pair{2048, 33}}) {
+        const std::string what = std::to_string(T) + " " + std::to_string(topk) + (kv == KvCacheFormat::bf16 ? " bf16" : " fp8");
+        const SparseMlaPlan p = plan_sparse_mla(T, 128, topk, kH100, {}, IndexSharing::unknown, kv);
+        EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows) << what;
+        EXPECT_EQ(p.lead_tokens, lead) << what;
+        if (lead == 0) EXPECT_TRUE(p.splits == 1 && p.ctas == 2 * T && p.launches == 1) << what;
+      }
+}
+
 // Past whole waves by more than half a wave and up to 2/3 of one, the tokens past them take 3
 // splits in two rounds of CTAs: at 128 heads, fp8 at 64 heads and fp8 with lists of 2048 at 16
 // and 32 always, bf16 (at 16 and 32 heads with lists of 2048) for a tail of at most 11/20 of a

@@ -1040,7 +1040,7 @@ static void add_timing_flags(CLI::App& app, dsa::bench::TimingOptions& o) {
 int main(int argc, char** argv) {
   dsa::bench::Options o;
   CLI::App app{"dsa-bench: verify and time the sparse MLA kernels against the memory floor"};
-  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge, wide-heads, waves, past-waves")
+  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge, wide-heads, waves, past-waves, shapes")
       ->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
   add_timing_flags(app, o);
   app.add_option("--csv", o.csv_path, "write every figure as CSV");

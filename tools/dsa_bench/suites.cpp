@@ -1,5 +1,9 @@
 #include "suites.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+
 #include "dsa/error.h"
 
 namespace dsa::bench {
@@ -24,7 +28,7 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -98,6 +102,21 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     for (int T : {133, 200, 331, 500}) v.push_back(make("H128-T" + std::to_string(T) + "-random", T, IndexPattern::random, {}, 128));
     for (auto [H, T] : {std::pair{32, 300}, std::pair{32, 450}, std::pair{64, 300}, std::pair{128, 350}})
       v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-runs", T, IndexPattern::runs, {}, H));
+  } else if (name == "shapes") {
+    // 40 decode shapes no one picked: heads, tokens (log-uniform, T x H <= 2^14), topk and the
+    // pattern drawn from a fixed seed, so that the ratio to the floor is seen away from the
+    // shapes the planner was tuned on. `sequences` gives each token an 8192-row span of its own.
+    workload::Rng rng(20261127);
+    for (int i = 0; i < 40; ++i) {
+      const int H = std::array{16, 16, 32, 64, 128}[rng.below(5)];
+      const int max_t = (1 << 14) / H;
+      const int T = std::max(1, int(std::exp(rng.uniform() * std::log(double(max_t) + 1))));
+      const int topk = std::array{512, 1024, 1500, 2048, 2048, 2048}[rng.below(6)];
+      const IndexPattern pattern = std::array{IndexPattern::random, IndexPattern::sequences, IndexPattern::runs}[rng.below(3)];
+      v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk) + "-" +
+                           workload::to_string(pattern),
+                       T, pattern, {}, H, topk));
+    }
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
