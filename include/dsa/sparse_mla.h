@@ -202,8 +202,8 @@ struct SparseMlaPlan {
   // into as many CTAs as fit the SMs the last whole wave frees (on an H100: 32 heads T = 133 132
   // unsplit and 64 splits of a tile, 128.9 µs against 169.2 with 3 equal splits of every token;
   // 16 heads T = 265 264 unsplit, 167.0 against 266.5 with one split); and just past half a
-  // wave (split_k; shared_rows at 128 heads, and at 32 and 64 with topk 2048 for an fp8_ds_mla
-  // cache or on an H200), where one split per token would leave half
+  // wave (split_k; shared_rows at 128 heads with topk >= 1536, and at 32 and 64 with topk 2048
+  // for an fp8_ds_mla cache or on an H200), where one split per token would leave half
   // the SMs idle, half a wave of tokens in 2 splits and the later ones in as many as fit after
   // them (at least 8, or 4 for split_k with topk 2048 on an H200; 16 heads T = 133: 114.8 µs
   // against 141.9). Past whole waves by half to
