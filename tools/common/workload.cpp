@@ -25,6 +25,11 @@ double Rng::normal() {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
+int log_uniform(Rng& rng, int lo, int hi) {
+  const double a = std::log(double(lo)), b = std::log(double(hi) + 1);
+  return std::clamp(int(std::exp(a + rng.uniform() * (b - a))), lo, hi);
+}
+
 namespace {
 constexpr IndexPattern kAll[] = {IndexPattern::random,       IndexPattern::runs,
                                  IndexPattern::shared_prefix, IndexPattern::all_padding,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,14 @@ class Rng {
  private:
   uint64_t state_;
 };
+
+// One of `values`, uniformly.
+template <class T>
+T pick(Rng& rng, std::initializer_list<T> values) {
+  return values.begin()[rng.below(values.size())];
+}
+// Log-uniform in [lo, hi], lo >= 1.
+int log_uniform(Rng& rng, int lo, int hi);
 
 enum class IndexPattern {
   random,          // distinct rows scattered over the whole cache (long-context decode)

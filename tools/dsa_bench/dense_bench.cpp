@@ -35,8 +35,6 @@ DenseCase make_case(std::string name, DType dt, int B, int N, int L, int dqk, in
   return c;
 }
 
-const char* dtype_name(DType d) { return d == DType::bf16 ? "bf16" : "fp16"; }
-const char* kernel_name(DenseKernel k) { return k == DenseKernel::sm80_mma ? "fa2" : "wgmma"; }
 
 double flops(const DenseCase& c) {
   return 2.0 * c.batch * c.heads * double(c.seqlen_q) * c.seqlen_k * (c.head_dim_qk + c.head_dim_v) *

@@ -36,4 +36,7 @@ std::vector<std::string> dense_suite_names();
 
 int run_dense(const DenseOptions& o);
 
+inline const char* dtype_name(DType d) { return d == DType::bf16 ? "bf16" : "fp16"; }
+inline const char* kernel_name(DenseKernel k) { return k == DenseKernel::sm80_mma ? "fa2" : "wgmma"; }
+
 }  // namespace dsa::bench

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_kernels.h"
+#include "dense_bench.h"
 #include "device_memory.h"
 #include "dsa/dense_attention.h"
 #include "dsa/reference.h"
@@ -57,10 +58,10 @@ struct DenseFuzzCase {
 
   std::string describe() const {
     char buf[400];
-    const char* kernel = choice.kernel == DenseKernel::sm80_mma ? "fa2" : choice.kernel == DenseKernel::sm90_wgmma ? "wgmma" : "planner";
+    const char* kernel = choice.kernel == DenseKernel::automatic ? "planner" : kernel_name(choice.kernel);
     std::snprintf(buf, sizeof buf,
                   "case %d: %s B=%d N=%d Lq=%d Lk=%d D=%d/%d%s q/k/v=%s out=%s lse=%s scale=%.4g choice{%s block_q=%d}",
-                  number, dtype == DType::bf16 ? "bf16" : "fp16", B, N, Lq, Lk, Dqk, Dv, causal ? " causal" : "",
+                  number, dtype_name(dtype), B, N, Lq, Lk, Dqk, Dv, causal ? " causal" : "",
                   qkv_one_buffer ? "one-buffer" : (std::string(to_string(q)) + "/" + to_string(k) + "/" + to_string(v)).c_str(),
                   to_string(out), !with_lse ? "none" : lse_pad > 0 ? "gaps" : "packed", scale, kernel, choice.block_q);
     return buf;
@@ -150,16 +151,10 @@ FuzzOutcome run_dense_case(const DenseFuzzCase& c, Rng& rng, std::map<std::strin
   validate(p);
 
   const DeviceInfo dev = DeviceInfo::from_device(0);
-  DenseAttentionPlan plan;
-  try {
-    plan = plan_dense_attention(p, dev, c.choice);
-  } catch (const Error& e) {
-    res.refused_choice = true;
-    const std::string why = e.what();
-    ++refusals[why.substr(0, why.find(','))];
-    plan = plan_dense_attention(p, dev);
-  }
-  res.plan = std::string(plan.kernel == DenseKernel::sm80_mma ? "fa2/" : "wgmma/") + std::to_string(plan.block_q);
+  const DenseAttentionPlan plan = plan_with_choice(
+      [&](bool with_choice) { return plan_dense_attention(p, dev, with_choice ? c.choice : DenseChoice{}); }, res.refused_choice,
+      refusals);
+  res.plan = std::string(kernel_name(plan.kernel)) + "/" + std::to_string(plan.block_q);
   const auto poison = [&] {
     DSA_CUDA_CHECK(cudaMemset(d_out.get(), 0xff, out_n * 2));
     DSA_CUDA_CHECK(cudaMemset(d_lse.get(), 0xff, lse_n * 4));

@@ -182,18 +182,12 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
   return c;
 }
 
-// The case's plan: its choice's, or the planner's where the planner refuses the choice (counted
-// in `refusals` by the message's first clause).
+// The case's plan: its choice's, or the planner's where the planner refuses the choice.
 SparseMlaPlan plan_case(const FuzzCase& c, const DeviceInfo& dev, bool& refused, std::map<std::string, int>& refusals) {
   const KvCacheFormat format = c.fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16;
-  try {
-    return plan_sparse_mla(c.T, c.H, c.topk, dev, c.choice, c.sharing, format);
-  } catch (const Error& e) {
-    refused = true;
-    const std::string why = e.what();
-    ++refusals[why.substr(0, why.find(','))];
-    return plan_sparse_mla(c.T, c.H, c.topk, dev, {}, c.sharing, format);
-  }
+  return plan_with_choice(
+      [&](bool with_choice) { return plan_sparse_mla(c.T, c.H, c.topk, dev, with_choice ? c.choice : PlanChoice{}, c.sharing, format); },
+      refused, refusals);
 }
 
 FuzzOutcome run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::map<std::string, int>& refusals) {

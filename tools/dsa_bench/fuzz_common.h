@@ -1,14 +1,13 @@
-// What the sparse and dense fuzzers share: drawing values, finding writes outside a tensor's
-// elements, the first call and a call replayed from a CUDA graph, and the loop over the cases.
+// What the sparse and dense fuzzers share: a case's generator (its values drawn with workload.h's
+// pick and log_uniform), planning with or without the case's choice, finding writes outside a
+// tensor's elements, the first call and a call replayed from a CUDA graph, the loop over the cases.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -23,15 +22,21 @@ namespace dsa::bench {
 // Case n of a run draws from its own generator: any case can be repeated alone.
 inline uint64_t case_seed(uint64_t seed, int n) { return seed ^ (0x9e3779b97f4a7c15ull * uint64_t(n + 1)); }
 
-template <class T>
-T pick(workload::Rng& rng, std::initializer_list<T> values) {
-  return values.begin()[rng.below(values.size())];
-}
+using workload::log_uniform;
+using workload::pick;
 
-// log-uniform in [lo, hi], lo >= 1.
-inline int log_uniform(workload::Rng& rng, int lo, int hi) {
-  const double a = std::log(double(lo)), b = std::log(double(hi) + 1);
-  return std::clamp(int(std::exp(a + rng.uniform() * (b - a))), lo, hi);
+// The plan with the case's choice (plan(true)), or without it (plan(false)) where the planner
+// refuses the choice: counted in `refusals` by the message's first clause.
+template <class Plan>
+auto plan_with_choice(Plan&& plan, bool& refused, std::map<std::string, int>& refusals) -> decltype(plan(true)) {
+  try {
+    return plan(true);
+  } catch (const Error& e) {
+    refused = true;
+    const std::string why = e.what();
+    ++refusals[why.substr(0, why.find(','))];
+    return plan(false);
+  }
 }
 
 // One dimension of a strided tensor: `count` indices `stride` elements apart.

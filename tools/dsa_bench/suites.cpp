@@ -1,9 +1,5 @@
 #include "suites.h"
 
-#include <algorithm>
-#include <array>
-#include <cmath>
-
 #include "dsa/error.h"
 
 namespace dsa::bench {
@@ -108,11 +104,10 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     // shapes the planner was tuned on. `sequences` gives each token an 8192-row span of its own.
     workload::Rng rng(20261127);
     for (int i = 0; i < 40; ++i) {
-      const int H = std::array{16, 16, 32, 64, 128}[rng.below(5)];
-      const int max_t = (1 << 14) / H;
-      const int T = std::max(1, int(std::exp(rng.uniform() * std::log(double(max_t) + 1))));
-      const int topk = std::array{512, 1024, 1500, 2048, 2048, 2048}[rng.below(6)];
-      const IndexPattern pattern = std::array{IndexPattern::random, IndexPattern::sequences, IndexPattern::runs}[rng.below(3)];
+      const int H = workload::pick(rng, {16, 16, 32, 64, 128});
+      const int T = workload::log_uniform(rng, 1, (1 << 14) / H);
+      const int topk = workload::pick(rng, {512, 1024, 1500, 2048, 2048, 2048});
+      const IndexPattern pattern = workload::pick(rng, {IndexPattern::random, IndexPattern::sequences, IndexPattern::runs});
       v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk) + "-" +
                            workload::to_string(pattern),
                        T, pattern, {}, H, topk));
