@@ -67,6 +67,7 @@ struct Options : TimingOptions {
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
   bool warm_tlb = false;   // after each flush, touch one word per 64 KB of every buffer (caches translations only)
   bool host_overhead = false;  // host time of plan + forward, enqueue only
+  bool kernel_only = false;    // verify and time the kernels, no floors (sweeps of many cases)
   std::string kv = "bf16";  // the cache format: bf16, or fp8 (KvCacheFormat::fp8_ds_mla, quantized from the bf16 cache)
   std::vector<int> union_groups;  // --union-floor: group sizes G for the union floor
   std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
@@ -566,6 +567,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
       res.stage_us.emplace_back(kStageNames[st], t.median_us);
     }
   }
+  if (o.kernel_only) return res;
   // The floor: the gather probe at its best block split over the case's indices, then over the
   // same lists in row order. `lists` lists of `len` positions (the case's: T x topk).
   const auto gather_lists = [&](const int32_t* idx_ptr, int lists, int len, bool l2_only) {
@@ -665,6 +667,33 @@ void print_union_table(const std::vector<Result>& results, FILE* f) {
     }
 }
 
+// Cliffs: a case that took more than 1.1x the time of a case with more tokens and otherwise the
+// same problem (heads, list length, pattern, valid counts, prefix), where the planner's lines
+// should give at worst equal time. `--suite sweep` looks for them; stop 56 found one by hand
+// (docs/perf.md "Shapes no one picked").
+void print_cliffs(const std::vector<Result>& results, FILE* f) {
+  const auto same_problem = [](const BenchCase& a, const BenchCase& b) {
+    return a.num_heads == b.num_heads && a.indices.topk == b.indices.topk && a.indices.pattern == b.indices.pattern &&
+           a.indices.valid_counts == b.indices.valid_counts && a.indices.prefix_len == b.indices.prefix_len &&
+           a.indices.tokens_per_sequence == b.indices.tokens_per_sequence && a.indices.page_size == b.indices.page_size &&
+           a.explicit_indices.empty() && b.explicit_indices.empty();
+  };
+  bool header = false;
+  for (const Result& r : results) {
+    const Result* faster = nullptr;  // the fastest case with more tokens
+    for (const Result& o : results)
+      if (o.c.indices.num_tokens > r.c.indices.num_tokens && same_problem(o.c, r.c) &&
+          (!faster || o.kernel.median_us < faster->kernel.median_us))
+        faster = &o;
+    if (!faster || r.kernel.median_us <= 1.1 * faster->kernel.median_us) continue;
+    if (!header) std::fprintf(f, "\ncliffs: slower by > 10 %% than a case with more tokens and otherwise the same problem\n");
+    header = true;
+    std::fprintf(f, "  %-24s %7s %8.1f us > %-24s %7s %8.1f us (%.2fx)\n", r.c.name.c_str(), plan_label(r.plan).c_str(),
+                 r.kernel.median_us, faster->c.name.c_str(), plan_label(faster->plan).c_str(), faster->kernel.median_us,
+                 r.kernel.median_us / faster->kernel.median_us);
+  }
+}
+
 void print_table(const std::vector<Result>& results, FILE* f) {
   std::fprintf(f, "%-18s %5s %4s %8s %7s %-7s %9s %9s %22s %13s %9s %6s %9s %9s %10s %7s %7s  %s\n", "case", "T", "H", "rows",
                "plan", "verify", "rel_l2", "lse_err", "kernel us (range)", "per kernel", "gather us", "ratio", "row-order",
@@ -688,7 +717,8 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %10s %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan.c_str(),
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, parts.c_str(), r.gather.median_us, r.kernel.median_us / r.gather.median_us, r.gather_row_order.median_us,
+                 range, parts.c_str(), r.gather.median_us, r.gather.median_us > 0 ? r.kernel.median_us / r.gather.median_us : 0.0,
+                 r.gather_row_order.median_us,
                  output, per_token, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
@@ -848,6 +878,7 @@ int run(const Options& o) {
   print_table(results, stdout);
   print_stage_table(results, stdout);
   print_union_table(results, stdout);
+  print_cliffs(results, stdout);
   for (const Result& r : results)
     if (!r.timeline.empty()) std::printf("timeline %s: %s\n", r.c.name.c_str(), r.timeline.c_str());
   bool all_ok = true;
@@ -1087,6 +1118,7 @@ int main(int argc, char** argv) {
                "diagnostic (cupti): after each flush, load one word per 64 KB of every buffer from every SM, so "
                "the timed call pays for cold data but not for cold address translations");
   app.add_flag("--host-overhead", o.host_overhead, "print the host time of one plan + forward call");
+  app.add_flag("--kernel-only", o.kernel_only, "verify and time the kernels only, no floors (the floor columns print 0)");
   app.add_option("--kv", o.kv, "KV cache format: bf16, or fp8 (fp8_ds_mla rows of 656 B quantized from the bf16 cache; "
                                "the floors read those rows)")
       ->check(CLI::IsMember({"bf16", "fp8"}));

@@ -24,7 +24,7 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes", "sweep"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -112,6 +112,18 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
                            workload::to_string(pattern),
                        T, pattern, {}, H, topk));
     }
+  } else if (name == "sweep") {
+    // Decode T from 1 to 2^13 / H at each head count, random lists of 512 and 2048: time should
+    // not fall as T grows, and dsa-bench lists the cases where it does ("cliffs"). Fast with
+    // --kernel-only. The T grid holds the points just past half and whole waves of an H100's and
+    // an H200's 132 SMs at every head count.
+    for (int H : {16, 32, 64, 128})
+      for (int topk : {512, 2048})
+        for (int T : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 33, 36, 40, 48, 56, 64, 66, 67, 72, 80, 96, 112, 128, 132, 133, 150,
+                      176, 200, 256, 264, 265, 300, 400, 512})
+          if (T * H <= 8192)
+            v.push_back(make("sweep-H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk), T,
+                             IndexPattern::random, {}, H, topk));
   } else {
     throw Error("suite: unknown '" + name + "'");
   }

@@ -18,8 +18,8 @@ struct BenchCase {
   std::vector<int32_t> explicit_indices; // from a workload file; empty = generate from `indices`
 };
 
-// Names: targets (default: the sparse MLA core issue's table), smoke, decode-small, decode-large,
-// prefill, edge. Throws dsa::Error on an unknown name.
+// Names: builtin_suite_names() (targets, the default, is the sparse MLA core issue's table),
+// each described where builtin_suite builds it. Throws dsa::Error on an unknown name.
 std::vector<BenchCase> builtin_suite(const std::string& name);
 std::vector<std::string> builtin_suite_names();
 
