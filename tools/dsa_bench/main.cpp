@@ -631,6 +631,9 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   return res;
 }
 
+// The kernel's time over the gather floor's; 0 where the floor was not timed (--kernel-only).
+double ratio_to_gather(const Result& r) { return r.gather.median_us > 0 ? r.kernel.median_us / r.gather.median_us : 0.0; }
+
 double useful_tflops(const Result& r, double us) {
   return double(r.entries) * r.c.num_heads * (kCkvDim + kKpeDim + kCkvDim) * 2 / (us * 1e-6) / 1e12;
 }
@@ -717,7 +720,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %10s %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan.c_str(),
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, parts.c_str(), r.gather.median_us, r.gather.median_us > 0 ? r.kernel.median_us / r.gather.median_us : 0.0,
+                 range, parts.c_str(), r.gather.median_us, ratio_to_gather(r),
                  r.gather_row_order.median_us,
                  output, per_token, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
@@ -749,7 +752,7 @@ nlohmann::json to_json(const Result& r) {
                    {"kernel", timing(r.kernel)},
                    {"gather_floor", timing(r.gather)},
                    {"gather_splits", r.gather_splits},
-                   {"ratio_to_gather", r.kernel.median_us / r.gather.median_us},
+                   {"ratio_to_gather", ratio_to_gather(r)},
                    {"gather_floor_row_order", timing(r.gather_row_order)},
                    {"output_floor", r.output_splits > 0 ? timing(r.output_floor) : nlohmann::json()},
                    {"output_floor_splits", r.output_splits},
@@ -780,7 +783,7 @@ void write_csv(const std::vector<Result>& results, const std::string& path, cons
       << ',' << r.plan.block_keys << ',' << r.plan.splits << ',' << r.ok << ',' << r.vs_gpu_ref.rel_l2_err << ','
       << r.vs_gpu_ref.max_lse_err << ',' << to_string(r.kernel.timer) << ',' << r.kernel.median_us << ','
       << r.kernel.min_us << ',' << r.kernel.max_us << ',' << r.gather.median_us << ','
-      << r.kernel.median_us / r.gather.median_us << ',' << useful_tflops(r, r.kernel.median_us) << ','
+      << ratio_to_gather(r) << ',' << useful_tflops(r, r.kernel.median_us) << ','
       << r.gather_row_order.median_us << ',' << (r.output_splits > 0 ? r.output_floor.median_us : 0.0) << ','
       << r.output_splits << ',' << (r.per_token_rows > 0 ? r.per_token_floor.median_us : 0.0) << ',' << r.per_token_rows
       << '\n';
@@ -1042,7 +1045,7 @@ void plot(const std::vector<Result>& results, const std::string& png) {
     d << "# T kernel_us gather_us ratio case\n";
     for (const Result& r : results)
       d << r.c.indices.num_tokens << ' ' << r.kernel.median_us << ' ' << r.gather.median_us << ' '
-        << r.kernel.median_us / r.gather.median_us << ' ' << r.c.name << '\n';
+        << ratio_to_gather(r) << ' ' << r.c.name << '\n';
     std::ofstream g(script);
     g << "set terminal pngcairo size 900,560\nset output '" << png << "'\n"
       << "set logscale xy\nset xlabel 'tokens T'\nset ylabel 'us (median, " << to_string(results[0].kernel.timer)
