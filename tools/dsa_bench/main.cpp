@@ -671,7 +671,7 @@ void print_union_table(const std::vector<Result>& results, FILE* f) {
 }
 
 // Cliffs: a case that took more than 1.1x the time of a case with more tokens and otherwise the
-// same problem (heads, list length, pattern, valid counts, prefix), where the planner's lines
+// same problem (heads, list length, pattern, valid counts, prefix, cache), where the planner's lines
 // should give at worst equal time. `--suite sweep` looks for them; stop 56 found one by hand
 // (docs/perf.md "Shapes no one picked").
 void print_cliffs(const std::vector<Result>& results, FILE* f) {
@@ -679,7 +679,7 @@ void print_cliffs(const std::vector<Result>& results, FILE* f) {
     return a.num_heads == b.num_heads && a.indices.topk == b.indices.topk && a.indices.pattern == b.indices.pattern &&
            a.indices.valid_counts == b.indices.valid_counts && a.indices.prefix_len == b.indices.prefix_len &&
            a.indices.tokens_per_sequence == b.indices.tokens_per_sequence && a.indices.page_size == b.indices.page_size &&
-           a.explicit_indices.empty() && b.explicit_indices.empty();
+           a.indices.num_pages == b.indices.num_pages && a.explicit_indices.empty() && b.explicit_indices.empty();
   };
   bool header = false;
   for (const Result& r : results) {
@@ -720,8 +720,7 @@ void print_table(const std::vector<Result>& results, FILE* f) {
     std::fprintf(f, "%-18s %5d %4d %8lld %7s %-7s %9.2e %9.2e %22s %13s %9.1f %6.2f %9.1f %9s %10s %7.0f %7.1f  %s\n", r.c.name.c_str(),
                  r.c.indices.num_tokens, r.c.num_heads, static_cast<long long>(r.entries), plan.c_str(),
                  r.ok ? (r.cpu_checked ? "ok+cpu" : "ok") : "FAIL", r.vs_gpu_ref.rel_l2_err, r.vs_gpu_ref.max_lse_err,
-                 range, parts.c_str(), r.gather.median_us, ratio_to_gather(r),
-                 r.gather_row_order.median_us,
+                 range, parts.c_str(), r.gather.median_us, ratio_to_gather(r), r.gather_row_order.median_us,
                  output, per_token, gbs, useful_tflops(r, r.kernel.median_us),
                  r.c.target.c_str());
   }
