@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_kernels.h"
+#include "cliffs.h"
 #include "dense_bench.h"
 #include "device_memory.h"
 #include "flashinfer_bench.h"
@@ -670,30 +671,18 @@ void print_union_table(const std::vector<Result>& results, FILE* f) {
     }
 }
 
-// Cliffs: a case that took more than 1.1x the time of a case with more tokens and otherwise the
-// same problem (heads, list length, pattern, valid counts, prefix, cache), where the planner's lines
-// should give at worst equal time. `--suite sweep` looks for them; stop 56 found one by hand
-// (docs/perf.md "Shapes no one picked").
+// The cases a larger T of the same problem beat by more than 10 % (cliffs.h).
 void print_cliffs(const std::vector<Result>& results, FILE* f) {
-  const auto same_problem = [](const BenchCase& a, const BenchCase& b) {
-    return a.num_heads == b.num_heads && a.indices.topk == b.indices.topk && a.indices.pattern == b.indices.pattern &&
-           a.indices.valid_counts == b.indices.valid_counts && a.indices.prefix_len == b.indices.prefix_len &&
-           a.indices.tokens_per_sequence == b.indices.tokens_per_sequence && a.indices.page_size == b.indices.page_size &&
-           a.indices.num_pages == b.indices.num_pages && a.explicit_indices.empty() && b.explicit_indices.empty();
-  };
-  bool header = false;
-  for (const Result& r : results) {
-    const Result* faster = nullptr;  // the fastest case with more tokens
-    for (const Result& o : results)
-      if (o.c.indices.num_tokens > r.c.indices.num_tokens && same_problem(o.c, r.c) &&
-          (!faster || o.kernel.median_us < faster->kernel.median_us))
-        faster = &o;
-    if (!faster || r.kernel.median_us <= 1.1 * faster->kernel.median_us) continue;
-    if (!header) std::fprintf(f, "\ncliffs: slower by > 10 %% than a case with more tokens and otherwise the same problem\n");
-    header = true;
-    std::fprintf(f, "  %-24s %7s %8.1f us > %-24s %7s %8.1f us (%.2fx)\n", r.c.name.c_str(), plan_label(r.plan).c_str(),
-                 r.kernel.median_us, faster->c.name.c_str(), plan_label(faster->plan).c_str(), faster->kernel.median_us,
-                 r.kernel.median_us / faster->kernel.median_us);
+  std::vector<const BenchCase*> cases;
+  std::vector<double> us;
+  for (const Result& r : results) cases.push_back(&r.c), us.push_back(r.kernel.median_us);
+  const std::vector<Cliff> cliffs = find_cliffs(cases, us);
+  if (!cliffs.empty()) std::fprintf(f, "\ncliffs: slower by > 10 %% than a case with more tokens and otherwise the same problem\n");
+  for (const Cliff& c : cliffs) {
+    const Result &slow = results[c.slow], &fast = results[c.fast];
+    std::fprintf(f, "  %-24s %7s %8.1f us > %-24s %7s %8.1f us (%.2fx)\n", slow.c.name.c_str(), plan_label(slow.plan).c_str(),
+                 slow.kernel.median_us, fast.c.name.c_str(), plan_label(fast.plan).c_str(), fast.kernel.median_us,
+                 slow.kernel.median_us / fast.kernel.median_us);
   }
 }
 
