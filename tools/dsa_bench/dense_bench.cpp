@@ -35,7 +35,6 @@ DenseCase make_case(std::string name, DType dt, int B, int N, int L, int dqk, in
   return c;
 }
 
-
 double flops(const DenseCase& c) {
   return 2.0 * c.batch * c.heads * double(c.seqlen_q) * c.seqlen_k * (c.head_dim_qk + c.head_dim_v) *
          (c.causal ? 0.5 : 1.0);

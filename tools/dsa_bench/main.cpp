@@ -1062,8 +1062,9 @@ static void add_timing_flags(CLI::App& app, dsa::bench::TimingOptions& o) {
 int main(int argc, char** argv) {
   dsa::bench::Options o;
   CLI::App app{"dsa-bench: verify and time the sparse MLA kernels against the memory floor"};
-  app.add_option("--suite", o.suite, "built-in suite: targets, smoke, decode-small, decode-large, prefill, edge, wide-heads, waves, past-waves, shapes")
-      ->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
+  std::string suite_list;  // the help's list, from the names the check accepts
+  for (const std::string& name : dsa::bench::builtin_suite_names()) suite_list += (suite_list.empty() ? "" : ", ") + name;
+  app.add_option("--suite", o.suite, "built-in suite: " + suite_list)->check(CLI::IsMember(dsa::bench::builtin_suite_names()));
   add_timing_flags(app, o);
   app.add_option("--csv", o.csv_path, "write every figure as CSV");
   app.add_option("-T,--tokens", o.T, "custom case: tokens (replaces the suite)")->check(CLI::Range(1, 1 << 20));
