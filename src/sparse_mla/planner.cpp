@@ -562,6 +562,18 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   constexpr int kMinSplitKeys = 32;
   if (base_ctas > 0 && base_ctas * splits < split_k_slots)
     splits = std::max(min_splits, std::min(ceil_div(topk, kMinSplitKeys), split_k_slots / base_ctas));
+  // One-tile splits only while the grid fits one CTA per SM; past it, two tiles a split. The
+  // second CTA on an SM gains less than the combine of twice the partials costs (run 592, H100,
+  // bf16 / fp8 us): 32 heads T = 2 topk 2048 15.3 -> 11.5 / 14.5 -> 10.8, 16 heads T = 4
+  // 17.0 -> 13.9 / 15.5 -> 11.6, topk 512 T = 16 15.4 -> 13.8 / 13.8 -> 11.9, topk 1024 T = 8
+  // 15.7 -> 13.7 / 14.2 -> 11.9; no case slower.
+  if (splits > min_splits && splits * kMinSplitKeys >= topk && base_ctas * splits > dev.sm_count)
+    splits = std::max(min_splits, ceil_div(topk, 2 * kMinSplitKeys));
+  // A list of at most two tiles is not split at all: one more tile costs a CTA less than the
+  // combine kernel. Topk 64, 2 splits -> 1 (run 593, H100, bf16 / fp8 us): 16 heads T = 1
+  // 7.8 -> 6.9 / 7.7 -> 6.7, T = 66 11.1 -> 8.4 / 10.2 -> 7.7; 128 heads T = 8 9.6 -> 7.2 /
+  // 9.4 -> 6.9.
+  if (topk <= 2 * detail::kPlannerBlockKeys) splits = min_splits;
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = splitk_chunk(topk, splits, plan.block_keys);
   if (choice.block_keys != 0) {

@@ -271,6 +271,30 @@ TEST(Planner, SmallBatchesSplitEachTokenOverTheChip) {
   EXPECT_GT(p.splits, 1);
 }
 
+// Split-K's one-tile splits stop where the grid passes one CTA per SM (two tiles a split from
+// there), and a list of at most two tiles is never split (planner.cpp, runs 592-593).
+TEST(Planner, ShortSplitsOnlyWhereTheyPay) {
+  EXPECT_EQ(plan_sparse_mla(1, 16, 2048, kH100).splits, 64);  // 64 CTAs
+  EXPECT_EQ(plan_sparse_mla(2, 16, 2048, kH100).splits, 64);  // 128 CTAs: one per SM
+  EXPECT_EQ(plan_sparse_mla(3, 16, 2048, kH100).splits, 32);  // 192 one-tile CTAs would not fit
+  EXPECT_EQ(plan_sparse_mla(2, 32, 2048, kH100).splits, 32);
+  EXPECT_EQ(plan_sparse_mla(1, 64, 2048, kH100).splits, 32);
+  EXPECT_EQ(plan_sparse_mla(8, 16, 1024, kH100).splits, 16);
+  EXPECT_EQ(plan_sparse_mla(12, 16, 512, kH100).splits, 8);
+  EXPECT_EQ(plan_sparse_mla(8, 16, 512, kH100).splits, 16);  // 128 CTAs
+  for (auto [T, H] : {std::pair{1, 16}, std::pair{66, 16}, std::pair{67, 16}, std::pair{132, 16}, std::pair{1, 128},
+                       std::pair{16, 128}}) {  // split-K (128 heads from T = 66: shared rows, their own splits)
+    const SparseMlaPlan p = plan_sparse_mla(T, H, 64, kH100);
+    ASSERT_EQ(p.kernel, SparseMlaKernel::split_k) << T << " " << H;
+    EXPECT_EQ(p.splits, 1) << T << " " << H;
+    EXPECT_EQ(p.workspace_bytes, 0u) << T << " " << H;
+  }
+  EXPECT_EQ(plan_sparse_mla(1, 16, 65, kH100).splits, 3);  // three tiles split
+  PlanChoice forced;
+  forced.splits = 2;
+  EXPECT_EQ(plan_sparse_mla(1, 16, 64, kH100, forced).splits, 2);  // a caller may still split
+}
+
 TEST(Planner, MidBatchesFillOneWaveWithoutASecondPartialOne) {
   const SparseMlaPlan p = plan_sparse_mla(64, 16, 2048, kH100);
   EXPECT_LE(p.ctas, 2 * 132);

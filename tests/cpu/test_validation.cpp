@@ -126,7 +126,9 @@ TEST(Validate, SharedRowsForwardNeedsItsWorkspace) {
 TEST(Validate, ForwardRefusesAnInconsistentFusedRowsThreshold) {
   Buffers b;
   const SparseMlaProblem p = good(b);
-  const SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0});
+  PlanChoice two_splits;  // the planner keeps a list of 64 whole
+  two_splits.splits = 2;
+  const SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, two_splits);
   ASSERT_GT(base.splits, 1);
   const auto refused = [&](SparseMlaPlan plan) {
     return testing::error_message([&] { sparse_mla_forward(p, plan, nullptr, plan.workspace_bytes, nullptr); })
