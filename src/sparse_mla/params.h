@@ -234,7 +234,8 @@ inline constexpr int kSharedRowsManyGroupsMaxSplits = 8;
 inline constexpr int kTailMaxSplits = 64;
 // Split-K only with lists of at least this many positions (topk 512 at 16 heads T = 265: 87.6
 // -> 68.5 µs, run 463; shorter lists were not measured: their whole CTA costs little more than a
-// split's setup and the combine's launch).
+// split's setup and the combine's launch). Just past half a wave, 1024 instead was a trade (16
+// heads T = 150 random 55.6 -> 48.3, mixed-length runs 37.9 -> 40.7 µs; run 592): kept at 512.
 inline constexpr int kSplitKTailMinList = 512;
 // Just past half a wave, where a plan's splits fall from 2 to 1 (split-K: T x head groups past
 // the SMs; shared rows at 128 heads: one-token groups past half the SMs), half a wave's worth
