@@ -206,11 +206,14 @@ inline constexpr int kSharedRowsConsecutiveMaxSplits = 4;
 inline constexpr int kSharedRowsMinTokens32Heads = 256;
 inline constexpr int64_t kSharedRowsMinPairsWide = int64_t{1} << 17;
 // At 64 and 128 heads, since Q moves by TMA (runs 434-436): bf16 lists of
-// kSharedRowsMinListBf16 positions or more from 2^13 pairs and kSharedRowsMinHeadBlocksBf16
-// head blocks (T >= 3 / 2 at 64 / 128 heads: below, split-K's fused and lean rows finish the
-// short lists of a decode step sooner), fp8 lists of kSharedRowsLongList or more from 3 x 2^14
-// pairs (T >= 6 / 3 at topk 2048).
+// kSharedRowsMinListBf16 positions or more from kSharedRowsMinHeadBlocksBf16 head blocks
+// (T >= 3 / 2 at 64 / 128 heads: below, split-K's fused and lean rows finish the short lists of
+// a decode step sooner) and 2^13 pairs, or 2^14 below kSharedRowsManyHeadBlocksBf16 head blocks
+// (run 599: 64 heads topk 512 T = 4 / 6 and 128 heads T = 2 / 3 ran 6-20 % faster on split-K);
+// fp8 lists of kSharedRowsLongList or more from 3 x 2^14 pairs (T >= 6 / 3 at topk 2048).
 inline constexpr int64_t kSharedRowsMinPairsBf16 = int64_t{1} << 13;
+inline constexpr int64_t kSharedRowsMinPairsFewHeadBlocksBf16 = int64_t{1} << 14;
+inline constexpr int64_t kSharedRowsManyHeadBlocksBf16 = 32;
 inline constexpr int kSharedRowsMinListBf16 = 256;
 inline constexpr int64_t kSharedRowsMinHeadBlocksBf16 = 12;
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = int64_t{3} << 14;

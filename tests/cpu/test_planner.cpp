@@ -750,14 +750,17 @@ TEST(Planner, SharedRowsFor64And128HeadsFromEnoughPairs) {
     // T = 1 (and 2 at 64 heads: under 12 head blocks) keeps split-K, for its short lists.
     for (int T : {1, 2}) EXPECT_EQ(kernel(T, 64, 2048), SparseMlaKernel::split_k) << T;
     EXPECT_EQ(kernel(1, 128, 2048), SparseMlaKernel::split_k);
-    // bf16 from 2^13 pairs with lists of >= 256 positions.
+    // bf16 with lists of >= 256 positions: from 2^14 pairs below 32 head blocks, 2^13 from 32.
     EXPECT_EQ(kernel(2, 128, 1024), SparseMlaKernel::shared_rows);  // 16 head blocks x 1024
-    EXPECT_EQ(kernel(3, 64, 683), SparseMlaKernel::shared_rows);    // 12 x 683 = 8196
-    EXPECT_EQ(kernel(3, 64, 682), SparseMlaKernel::split_k);        // 8184
-    EXPECT_EQ(kernel(4, 64, 512), SparseMlaKernel::shared_rows);
-    EXPECT_EQ(kernel(4, 64, 511), SparseMlaKernel::split_k);
-    EXPECT_EQ(kernel(8, 64, 256), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(3, 64, 1366), SparseMlaKernel::shared_rows);   // 12 x 1366 = 16392
+    EXPECT_EQ(kernel(3, 64, 1365), SparseMlaKernel::split_k);       // 16380
+    EXPECT_EQ(kernel(4, 64, 512), SparseMlaKernel::split_k);        // 2^13 pairs, 16 head blocks (run 599)
+    EXPECT_EQ(kernel(7, 64, 512), SparseMlaKernel::split_k);        // 28 head blocks
+    EXPECT_EQ(kernel(2, 128, 512), SparseMlaKernel::split_k);
+    EXPECT_EQ(kernel(8, 64, 512), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(8, 64, 256), SparseMlaKernel::shared_rows);    // 32 x 256 = 2^13
     EXPECT_EQ(kernel(4, 128, 256), SparseMlaKernel::shared_rows);
+    EXPECT_EQ(kernel(7, 64, 300), SparseMlaKernel::split_k);        // 28 x 300 = 8400
     EXPECT_EQ(kernel(2, 128, 256), SparseMlaKernel::split_k);
     // Shorter lists: not from 2^13 pairs (nor 2^17, which head blocks reach first below 497).
     EXPECT_EQ(kernel(9, 64, 255), SparseMlaKernel::split_k);
