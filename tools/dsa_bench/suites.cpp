@@ -24,7 +24,7 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes", "sweep"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes", "sweep", "short-lists"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -124,6 +124,32 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
           if (T * H <= 8192)
             v.push_back(make("sweep-H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk), T,
                              IndexPattern::random, {}, H, topk));
+  } else if (name == "short-lists") {
+    // Decode calls of short lists and small T at every head count: where split-K's short-split
+    // rules and the 64 / 128-head line between split-K and shared rows lie (docs/perf.md runs
+    // 592-599): one-tile splits past one CTA per SM, lists of 64 whole, bf16 shared rows from
+    // 2^14 pairs below 32 head blocks; and the half-wave lead with lists of 512, whose limit was
+    // a trade between random lists and mixed lengths.
+    const auto add = [&](int H, int T, int topk, IndexPattern pattern, std::vector<int> valid = {}) {
+      v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk) + "-" +
+                           (valid.empty() ? workload::to_string(pattern) : "valid" + std::to_string(valid[0])),
+                       T, pattern, valid, H, topk));
+    };
+    for (auto [H, T] : {std::pair{16, 1}, std::pair{16, 66}, std::pair{16, 67}, std::pair{16, 132}, std::pair{128, 8}, std::pair{128, 16}})
+      add(H, T, 64, IndexPattern::random);
+    for (int T : {1, 33, 80}) add(16, T, 128, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 5}, std::pair{16, 8}, std::pair{32, 3}, std::pair{32, 4}, std::pair{64, 2}, std::pair{128, 1}})
+      add(H, T, 1024, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 3}, std::pair{16, 4}, std::pair{32, 2}}) add(H, T, 2048, IndexPattern::runs);
+    for (auto [H, T] : {std::pair{16, 12}, std::pair{16, 16}, std::pair{16, 150}, std::pair{32, 80}, std::pair{64, 3}, std::pair{64, 4},
+                        std::pair{64, 6}, std::pair{64, 7}, std::pair{64, 8}, std::pair{128, 2}, std::pair{128, 3}})
+      add(H, T, 512, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 150}, std::pair{32, 70}, std::pair{64, 4}, std::pair{64, 6}, std::pair{128, 2}})
+      add(H, T, 512, IndexPattern::runs);
+    add(64, 4, 512, IndexPattern::runs, {2});
+    add(64, 3, 1024, IndexPattern::random);
+    add(64, 3, 1024, IndexPattern::runs);
+    for (auto [H, T] : {std::pair{64, 7}, std::pair{64, 10}, std::pair{128, 4}, std::pair{128, 6}}) add(H, T, 300, IndexPattern::random);
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
