@@ -295,32 +295,32 @@ struct SharedRowsPick {
 // or one token's 64, over the union of their index lists) when forced, or by the planner:
 //  - H >= 64 (one token per CTA: nothing united, nothing masked), whatever the hint, once the
 //    call holds 2^17 (head block, index position) pairs; bf16 lists of >= 256 positions from
-//    2^13 pairs and 32 head blocks or 2^14 and 12, fp8 lists of >= 1024 from 3 x 2^14 pairs; or more head
-//    blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read every row
-//    again and run mma.sync at M = 16. Fewer groups than SMs split each group's union tiles
-//    within one wave (a combine merges them; how many splits: below), and CTAs of one wave
-//    compact their token's list themselves (no union or order pass). Measured on the H100
-//    (docs/perf.md, runs 125-134, 418-426 and 434-437 for the history), split-K vs shared
-//    rows, us: H = 64 random T = 32 / 64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 /
-//    240 / 906, prefill T = 4096 8274 vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 /
-//    1606. Since Q moves by TMA (6238c75,
-//    runs 434-436) shared rows also win small bf16 calls of long lists: 64 heads T = 3 / 4
-//    18.1 / 20.4 vs 17.0 / 18.2 (topk 2048), 128 heads T = 3 / 4 at topk 1024 18.2 / 20.0 vs
-//    15.7 / 16.2, 64 heads topk 512 T = 8 15.2 vs 14.7, mixed lengths 64 heads T = 4 17.3 vs
-//    14.9; not 4096 pairs (64 heads T = 1 topk 1024 9.6 vs 10.9, 128 heads topk 256 T = 2 9.5
-//    vs 10.8). Since split-K's row gathers and split softmax (run 599, bf16 split-K vs shared
-//    rows, us): not below 2^14 pairs and 32 head blocks either (64 heads topk 512 T = 4 / 6 /
-//    7 10.9 / 13.0 / 14.1 vs 13.6 / 14.6 / 14.4, runs of 1-512 rows T = 4 10.1 vs 12.1, 2 valid
-//    4.8 vs 8.5; 128 heads T = 2 / 3 10.9 / 13.0 vs 13.2 / 13.8; 64 heads topk 1024 T = 3 13.7
-//    vs 14.2, runs even; topk 300 T = 7 12.4 vs 15.4); from 32 head blocks shared rows still
-//    win or tie (topk 300 at 64 heads T = 10 / 13 and 128 heads T = 4 / 6 13.6 / 15.0 / 12.6 /
-//    13.8 vs 13.9 / 15.0 / 12.6 / 14.7). T = 1 (and 2 at 64 heads) stays on split-K: full lists would gain 1.2-1.9 us
-//    (64 heads T = 1 / 2 14.8 / 16.2 vs 13.1 / 15.1, 128 heads T = 1 16.1 vs 13.9), but short
-//    ones, which split-K's fused and lean rows finish alone, lose more (2 / 33 / 700 valid rows
-//    at 64 heads T = 1 5.5 / 9.3 / 10.9 vs 7.3 / 10.7 / 11.9, 128 heads 5.3 / 7.4 vs 7.5 / 8.9;
-//    64 heads T = 2 of 5 and 1500 10.9 vs 12.6). fp8, whose split-K tiles cost less: from T = 6
-//    / 3 at 64 / 128 heads (22.9 / 22.8 vs 20.3 / 20.3); T = 4 / 2 within 2 %, T = 1 and lists
-//    of 1024 at T = 4 / 2 split-K by 4-15 %.
+//    2^13 pairs and 32 head blocks or 2^14 and 12, fp8 lists of >= 1024 from 3 x 2^14 pairs; or
+//    more head blocks than split-K's two CTAs per SM. Split-K's CTAs of 16 heads each read
+//    every row again and run mma.sync at M = 16. Fewer groups than SMs split each group's union
+//    tiles within one wave (a combine merges them; how many splits: below), and CTAs of one
+//    wave compact their token's list themselves (no union or order pass). Measured on the H100
+//    (docs/perf.md, runs 125-134, 418-426 and 434-437 for the history), split-K vs shared rows,
+//    us: H = 64 random T = 32 / 64 / 256 / 1024 83.7 / 147 / 557 / 2183 vs 52.4 / 80.2 / 240 /
+//    906, prefill T = 4096 8274 vs 3217; H = 128 T = 32 / 1024 145 / 4251 vs 69.3 / 1606. Since
+//    Q moves by TMA (6238c75, runs 434-436) shared rows also win small bf16 calls of long
+//    lists: 64 heads T = 3 / 4 18.1 / 20.4 vs 17.0 / 18.2 (topk 2048), 128 heads T = 3 / 4 at
+//    topk 1024 18.2 / 20.0 vs 15.7 / 16.2, 64 heads topk 512 T = 8 15.2 vs 14.7, mixed lengths
+//    64 heads T = 4 17.3 vs 14.9; not 4096 pairs (64 heads T = 1 topk 1024 9.6 vs 10.9, 128
+//    heads topk 256 T = 2 9.5 vs 10.8). Since split-K's row gathers and split softmax (run 599,
+//    bf16 split-K vs shared rows, us): not below 2^14 pairs and 32 head blocks either (64 heads
+//    topk 512 T = 4 / 6 / 7 10.9 / 13.0 / 14.1 vs 13.6 / 14.6 / 14.4, runs of 1-512 rows T = 4
+//    10.1 vs 12.1, 2 valid 4.8 vs 8.5; 128 heads T = 2 / 3 10.9 / 13.0 vs 13.2 / 13.8; 64 heads
+//    topk 1024 T = 3 13.7 vs 14.2, runs even; topk 300 T = 7 12.4 vs 15.4); from 32 head blocks
+//    shared rows still win or tie (topk 300 at 64 heads T = 10 / 13 and 128 heads T = 4 / 6
+//    13.9 / 15.0 / 12.6 / 14.7 vs 13.6 / 15.0 / 12.6 / 13.8). T = 1 (and 2 at 64 heads) stays
+//    on split-K: full lists would gain 1.2-1.9 us (64 heads T = 1 / 2 14.8 / 16.2 vs 13.1 /
+//    15.1, 128 heads T = 1 16.1 vs 13.9), but short ones, which split-K's fused and lean rows
+//    finish alone, lose more (2 / 33 / 700 valid rows at 64 heads T = 1 5.5 / 9.3 / 10.9 vs 7.3
+//    / 10.7 / 11.9, 128 heads 5.3 / 7.4 vs 7.5 / 8.9; 64 heads T = 2 of 5 and 1500 10.9 vs
+//    12.6). fp8, whose split-K tiles cost less: from T = 6 / 3 at 64 / 128 heads (22.9 / 22.8
+//    vs 20.3 / 20.3); T = 4 / 2 within 2 %, T = 1 and lists of 1024 at T = 4 / 2 split-K by
+//    4-15 %.
 //  - H = 32 (2 tokens per CTA), unless the caller says tokens share no rows, and without the
 //    consecutive hint only for lists of >= 512 positions. bf16 with lists of >= 1024: once
 //    split-K needs a second wave (T x 2 head groups > 2 CTAs x SMs), whether or not shared rows
