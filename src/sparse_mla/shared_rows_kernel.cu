@@ -263,6 +263,10 @@
 //               lists of 2048 for fp8 (both cards) or on the H200. Runs 508-511 (us): H200 64
 //               heads T = 210 / 67 203.5 / 88.8 -> 178.7 / 75.7, 32 heads T = 67 86.8 -> 70.0;
 //               H100 fp8 32 heads T = 67 96.2 -> 75.4, 64 heads T = 67 98.5 -> 82.0.
+//   v33 bfab15b (plans only) bf16 at 64 / 128 heads below 32 head blocks from 2^14 pairs (was
+//               2^13): those calls go back to split-K. Run 599, H100 (us): 64 heads topk 512 T = 4
+//               / 6 13.6 / 14.6 -> 10.9 / 13.0, 2 valid rows T = 4 8.6 -> 4.9, 128 heads T = 2
+//               13.2 -> 11.0, 64 heads topk 1024 T = 3 14.2 -> 13.7.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than

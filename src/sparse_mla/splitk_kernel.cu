@@ -170,6 +170,10 @@
 //                random T = 256 / 1024 119.0 / 439.3 -> 114.4 / 423.2; bf16 unchanged. 2de8602: bf16
 //                with a split softmax takes the fixed trip count too (run 565, H200 random T = 256 /
 //                512 / 1024 137.5 / 267.9 / 526.1 -> 135.1 / 259.8 / 508.2; T = 8 runs +0.15 us).
+//   v32 4b79544  (plans only) one-tile splits only while the grid fits one CTA per SM (two tiles a
+//                split past it), and lists of <= 64 unsplit. Runs 595 / 597, H100 / H200 (us): 32
+//                heads T = 2 topk 2048 15.4 -> 11.6 / 15.0 -> 11.0, 16 heads T = 4 17.1 -> 13.5,
+//                topk 64 16 heads T = 132 15.4 -> 10.8 / 13.9 -> 9.2; every moved case faster.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
