@@ -2,7 +2,9 @@
 # A/B two dsa-bench builds in one device call: the same arguments through B0, B1, B0, B1 (two
 # rounds, alternating, so that drift shows as a spread between rounds), then one line per case
 # that both verified: each build's plan, its two medians (us) and B1's change against B0 (the
-# means of the rounds). Cases either build failed or skipped are listed after the table.
+# means of the rounds); then the range of the change over the cases whose plan moved and over
+# those whose plan stayed (their spread is the runs' noise). Cases either build failed or skipped
+# are listed after the table.
 # Usage (GPU machine): scripts/ab_bench.sh B0 B1 [dsa-bench args]
 #   scripts/ab_bench.sh b0/dsa-bench b1/dsa-bench --suite sweep --kernel-only --kv fp8
 set -uo pipefail
@@ -36,12 +38,20 @@ awk '
       k = order[i]
       if (count[k, 0] == 2 && count[k, 1] == 2 && !(k in failed)) {
         m0 = (t[k, 0, 1] + t[k, 0, 2]) / 2; m1 = (t[k, 1, 1] + t[k, 1, 2]) / 2
+        change = (m1 / m0 - 1) * 100
         printf "%-28s %-22s %-22s %8.1f %8.1f %8.1f %8.1f %+7.1f%%\n", k, plan[k, 0], plan[k, 1], t[k, 0, 1], t[k, 0, 2],
-               t[k, 1, 1], t[k, 1, 2], (m1 / m0 - 1) * 100
+               t[k, 1, 1], t[k, 1, 2], change
+        g = plan[k, 0] == plan[k, 1] ? "same" : "moved"
+        if (!(g in cases) || change < lo[g]) lo[g] = change
+        if (!(g in cases) || change > hi[g]) hi[g] = change
+        cases[g]++
       } else {
         missing[++m] = k " (" (k in failed ? "FAIL in" failed[k] : "verified by b0 " count[k, 0] "x, b1 " count[k, 1] "x") ")"
       }
     }
+    # The cases whose plan stayed show the noise of the runs beside the change of the moved ones.
+    for (g in cases)
+      printf "%s: %d cases, %+.1f to %+.1f %%\n", g == "same" ? "same plan" : "plan moved", cases[g], lo[g], hi[g]
     for (i = 1; i <= m; ++i) print "not compared: " missing[i]
     if (n == 0) { print "no case ran: check the arguments with one build alone"; exit 1 }
     exit (m > 0)

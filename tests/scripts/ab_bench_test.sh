@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/ab_bench.sh on two fake dsa-bench builds: the join by case, the change, a case one build
-# failed, and the exit status. Prints "ab_bench_test: ok" when all of it holds.
+# scripts/ab_bench.sh on two fake dsa-bench builds: the join by case, the change, the ranges over
+# moved and unmoved plans, a case one build failed, and the exit status. Prints
+# "ab_bench_test: ok" when all of it holds.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 ab=$here/../../scripts/ab_bench.sh
@@ -9,14 +10,18 @@ trap 'rm -rf "$tmp"' EXIT
 row() {  # case, plan, median: a line of dsa-bench's table
   printf '%-18s %5d %4d %8d %7s %-7s %9s %9s %22s\n' "$1" 1 32 2048 "$2" ok 2.3e-03 1.9e-06 "$3 ($3-400.0)"
 }
-{ echo 'echo "device fake"'; echo "cat <<'T'"; row case-a 32/64,s 15.4; row case-b 32/32,s 13.7; echo T; } > "$tmp/b0"
-{ echo 'echo "device fake"'; echo "cat <<'T'"; row case-a 32/32,s 11.4; echo T; echo 'echo "FAIL case-b: vs GPU reference"'; } > "$tmp/b1"
+{ echo 'echo "device fake"'; echo "cat <<'T'"; row case-a 32/64,s 15.4; row case-b 32/32,s 13.7; row case-c rows 20.0
+  row case-d rows 10.0; echo T; } > "$tmp/b0"
+{ echo 'echo "device fake"'; echo "cat <<'T'"; row case-a 32/32,s 11.4; row case-c rows 20.4; row case-d rows 9.9; echo T
+  echo 'echo "FAIL case-b: vs GPU reference"'; } > "$tmp/b1"
 chmod +x "$tmp/b0" "$tmp/b1"
 out=$(bash "$ab" "$tmp/b0" "$tmp/b1" --suite any)
 rc=$?
 fail() { echo "ab_bench_test: $1"; echo "$out"; exit 1; }
 echo "$out" | grep -Eq '^case-a +32/64,s +32/32,s +15\.4 +15\.4 +11\.4 +11\.4 +-26\.0%$' || fail "case-a's line"
 echo "$out" | grep -q '^not compared: case-b (FAIL in b1/1 b1/2)$' || fail "case-b's failure"
+echo "$out" | grep -qx 'plan moved: 1 cases, -26.0 to -26.0 %' || fail "the moved cases' range"
+echo "$out" | grep -qx 'same plan: 2 cases, -1.0 to +2.0 %' || fail "the same-plan cases' range"
 [ $rc = 1 ] || fail "exit status $rc, want 1 (a case not compared)"
 bash "$ab" "$tmp/b0" "$tmp/b0" > /dev/null || fail "the same build twice: exit status $?, want 0"
 bash "$ab" "$tmp/b0" 2> /dev/null; [ $? = 2 ] || fail "one build: want exit status 2"
