@@ -25,8 +25,6 @@ using workload::Rng;
 
 constexpr int64_t kMaxCpuCheck = int64_t{1} << 27;  // B x N x Lq x Lk x (Dqk + Dv): checked in float64 too
 constexpr size_t kGuard = 2048;                     // elements checked past out and lse
-constexpr uint16_t kPoison16 = 0xffff;              // NaN in both fp16 and bf16
-constexpr uint32_t kPoison32 = 0xffffffffu;
 
 // A [B, N, L, D] tensor's strides: packed, sequence major ([B, L, N, D], as a q, k or v cut from
 // one projection's output), or with gaps after each row, head and batch (multiples of 8).

@@ -36,8 +36,6 @@ constexpr int kCombinedRow = kCkvDim + kKpeDim;       // bf16 ckv|kpe rows in on
 constexpr int64_t kMaxEntries = int64_t{1} << 25;
 constexpr int64_t kMaxCpuCheck = int64_t{1} << 22;          // valid entries x H: checked in float64 too
 constexpr size_t kGuardBytes = 4096;                        // checked past each output and the workspace
-constexpr uint16_t kPoison16 = 0xffff;                      // what cudaMemset(0xff) leaves: a NaN
-constexpr uint32_t kPoison32 = 0xffffffffu;
 
 // The cache in four layouts on the device, and host copies for the float64 CPU reference.
 struct FuzzCache {
@@ -360,8 +358,6 @@ FuzzOutcome run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::m
   return res;
 }
 
-}  // namespace
-
 // --list: the cases and their plans on a described H100, no device needed.
 int list_cases(const FuzzOptions& o, uint64_t seed) {
   const DeviceInfo h100{132, 232448, 9, 0};
@@ -376,6 +372,8 @@ int list_cases(const FuzzOptions& o, uint64_t seed) {
   for (const auto& [why, count] : refusals) std::printf("refused %dx: %s\n", count, why.c_str());
   return 0;
 }
+
+}  // namespace
 
 int run_fuzz(const FuzzOptions& o) {
   if (o.list) {

@@ -39,6 +39,10 @@ auto plan_with_choice(Plan&& plan, bool& refused, std::map<std::string, int>& re
   }
 }
 
+// What cudaMemset(0xff) leaves in the outputs before a call: NaN as bf16, fp16 and fp32.
+constexpr uint16_t kPoison16 = 0xffff;
+constexpr uint32_t kPoison32 = 0xffffffffu;
+
 // One dimension of a strided tensor: `count` indices `stride` elements apart.
 struct Dim {
   int64_t count, stride;
