@@ -240,6 +240,24 @@ inline constexpr int kTailMaxSplits = 64;
 // split's setup and the combine's launch). Just past half a wave, 1024 instead was a trade (16
 // heads T = 150 random 55.6 -> 48.3, mixed-length runs 37.9 -> 40.7 µs; run 592): kept at 512.
 inline constexpr int kSplitKTailMinList = 512;
+// Past one CTA per SM, split-K splits of a list of at most this many positions hold at least
+// kSplitKMinTilesPastOneCtaPerSm tiles, or only as many as fit one CTA per SM (the larger count
+// of the two), unless that leaves a quarter of the SMs idle with splits still to merge: a second
+// CTA on an SM gains less than the combine of shorter splits costs. Measured (runs 600-601, H100,
+// bf16 / fp8 µs): 16 heads topk 512 T = 33, 8 splits of 2 tiles -> 4 of 4, 20.5 / 16.9 -> 18.6 /
+// 15.5; topk 256 T = 50, 4 of 2 -> 2 of 4, 17.5 / 14.5 -> 16.5 / 13.9; topk 192 T = 89 2 of 3 ->
+// one, 19.8 / 16.5 -> 18.0 / 14.4. Where 4 splits of 4 tiles were 96 CTAs (topk 512 at T x head
+// groups = 24) they lost 0-8 % (run 601), so those keep 8 of 2. Lists of 1024 and 2048 in 2-tile
+// splits are mixed against 4-tile ones (-1.4 to +0.9 µs, run 594): not changed.
+inline constexpr int kSplitKFitOneCtaMaxList = 512;
+inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
+// A list of at most this many tiles is split-K split into one-tile splits (while they fit one
+// CTA per SM) or not at all: its two-tile splits lose to one split nearly everywhere (run 601,
+// H100, bf16 / fp8 µs): 16 heads topk 128 T = 34 / 66 / 132 11.3 / 13.7 / 20.5 -> 10.8 / 12.0 /
+// 16.1, fp8 10.4 / 11.8 / 16.9 -> 9.9 / 10.5 / 12.9; topk 96 T = 90 15.7 -> 11.3; the exceptions
+// are bf16 at 32-128 heads with 34-40 CTAs (+2.9 to +5.5 %, fp8 -3 to -4 %). One-tile splits win
+// at T = 1: topk 128 4 splits 8.0, one 10.2 (run 593).
+inline constexpr int kSplitKOneTileOnlyMaxTiles = 4;
 // Just past half a wave, where a plan's splits fall from 2 to 1 (split-K: T x head groups past
 // the SMs; shared rows at 128 heads: one-token groups past half the SMs), half a wave's worth
 // of tokens take 2 splits (SparseMlaPlan::lead_splits, one wave) and the later tokens as many

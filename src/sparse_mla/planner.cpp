@@ -582,6 +582,20 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // 7.8 -> 6.9 / 7.7 -> 6.7, T = 66 11.1 -> 8.4 / 10.2 -> 7.7; 128 heads T = 8 9.6 -> 7.2 /
   // 9.4 -> 6.9.
   if (topk <= 2 * detail::kPlannerBlockKeys) splits = min_splits;
+  // Lists of <= 512 past one CTA per SM: splits of >= 4 tiles, or as many as fit one CTA per SM
+  // (params.h kSplitKFitOneCtaMaxList); lists of <= 4 tiles in one-tile splits or whole
+  // (kSplitKOneTileOnlyMaxTiles).
+  const int64_t list_tiles = ceil_div(topk, detail::kPlannerBlockKeys);
+  if (topk <= detail::kSplitKFitOneCtaMaxList && splits > min_splits && base_ctas * splits > dev.sm_count &&
+      ceil_div(list_tiles, splits) < detail::kSplitKMinTilesPastOneCtaPerSm) {
+    const int64_t min_tiles = detail::kSplitKMinTilesPastOneCtaPerSm;
+    const int64_t most_long_splits = (list_tiles - 1) / (min_tiles - 1);  // the most splits of >= min_tiles whole tiles
+    const int64_t fewer = std::max({min_splits, int64_t{dev.sm_count} / base_ctas, most_long_splits});
+    const int64_t fewer_ctas = base_ctas * ceil_div(list_tiles, ceil_div(list_tiles, fewer));  // whole tiles per split
+    // Not where a quarter of the SMs would idle, unless no split is left (and no combine).
+    if (fewer == min_splits || 4 * fewer_ctas >= 3 * int64_t{dev.sm_count}) splits = fewer;
+  }
+  if (list_tiles <= detail::kSplitKOneTileOnlyMaxTiles && ceil_div(list_tiles, splits) > 1) splits = min_splits;
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = splitk_chunk(topk, splits, plan.block_keys);
   if (choice.block_keys != 0) {

@@ -290,6 +290,23 @@ TEST(Planner, ShortSplitsOnlyWhereTheyPay) {
     EXPECT_EQ(p.workspace_bytes, 0u) << T << " " << H;
   }
   EXPECT_EQ(plan_sparse_mla(1, 16, 65, kH100).splits, 3);  // three tiles split
+  // Lists of <= 4 tiles: one-tile splits while they fit one CTA per SM, else whole.
+  EXPECT_EQ(plan_sparse_mla(1, 16, 128, kH100).splits, 4);
+  EXPECT_EQ(plan_sparse_mla(33, 16, 128, kH100).splits, 4);  // 132 CTAs
+  for (int T : {34, 66, 80, 132}) EXPECT_EQ(plan_sparse_mla(T, 16, 128, kH100).splits, 1) << T;
+  EXPECT_EQ(plan_sparse_mla(44, 16, 96, kH100).splits, 3);
+  EXPECT_EQ(plan_sparse_mla(45, 16, 96, kH100).splits, 1);
+  EXPECT_EQ(plan_sparse_mla(17, 32, 128, kH100).splits, 1);
+  // Longer lists up to 512 past one CTA per SM: splits of >= 4 tiles or as many as fit one CTA
+  // per SM, unless that idles a quarter of the SMs.
+  EXPECT_EQ(plan_sparse_mla(33, 16, 512, kH100).splits, 4);  // not 8 of 2 tiles: 132 CTAs
+  EXPECT_EQ(plan_sparse_mla(40, 16, 512, kH100).splits, 4);  // 160 CTAs of 4 tiles
+  EXPECT_EQ(plan_sparse_mla(17, 16, 512, kH100).splits, 6);  // 102 CTAs of 3 tiles
+  EXPECT_EQ(plan_sparse_mla(24, 16, 512, kH100).splits, 8);  // 4 splits would be 96 CTAs
+  EXPECT_EQ(plan_sparse_mla(50, 16, 256, kH100).splits, 2);
+  EXPECT_EQ(plan_sparse_mla(66, 16, 192, kH100).splits, 2);
+  EXPECT_EQ(plan_sparse_mla(67, 16, 192, kH100).splits, 1);  // whole lists: no combine
+  EXPECT_EQ(plan_sparse_mla(5, 16, 2048, kH100).splits, 32);  // lists of 2048: 160 CTAs of two tiles stay
   PlanChoice forced;
   forced.splits = 2;
   EXPECT_EQ(plan_sparse_mla(1, 16, 64, kH100, forced).splits, 2);  // a caller may still split
