@@ -588,9 +588,10 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   const int64_t list_tiles = ceil_div(topk, detail::kPlannerBlockKeys);
   if (topk <= detail::kSplitKFitOneCtaMaxList && splits > min_splits && base_ctas * splits > dev.sm_count &&
       ceil_div(list_tiles, splits) < detail::kSplitKMinTilesPastOneCtaPerSm) {
-    const int64_t min_tiles = detail::kSplitKMinTilesPastOneCtaPerSm;
-    const int64_t most_long_splits = (list_tiles - 1) / (min_tiles - 1);  // the most splits of >= min_tiles whole tiles
-    const int64_t fewer = std::max({min_splits, int64_t{dev.sm_count} / base_ctas, most_long_splits});
+    // Splits of >= 4 tiles on average: 10 tiles in 2 of 5, not 3 of 4 (topk 300, run 602: 3 of 4
+    // past one CTA per SM lost 3-13 % to 2 of 5 within it).
+    const int64_t long_splits = list_tiles / detail::kSplitKMinTilesPastOneCtaPerSm;
+    const int64_t fewer = std::max({min_splits, int64_t{dev.sm_count} / base_ctas, long_splits});
     const int64_t fewer_ctas = base_ctas * ceil_div(list_tiles, ceil_div(list_tiles, fewer));  // whole tiles per split
     // Not where a quarter of the SMs would idle, unless no split is left (and no combine).
     if (fewer == min_splits || 4 * fewer_ctas >= 3 * int64_t{dev.sm_count}) splits = fewer;

@@ -304,6 +304,7 @@ TEST(Planner, ShortSplitsOnlyWhereTheyPay) {
   EXPECT_EQ(plan_sparse_mla(17, 16, 512, kH100).splits, 6);  // 102 CTAs of 3 tiles
   EXPECT_EQ(plan_sparse_mla(24, 16, 512, kH100).splits, 8);  // 4 splits would be 96 CTAs
   EXPECT_EQ(plan_sparse_mla(50, 16, 256, kH100).splits, 2);
+  EXPECT_EQ(plan_sparse_mla(55, 16, 300, kH100).splits, 2);  // 2 of 5 tiles, not 3 of 4
   EXPECT_EQ(plan_sparse_mla(66, 16, 192, kH100).splits, 2);
   EXPECT_EQ(plan_sparse_mla(67, 16, 192, kH100).splits, 1);  // whole lists: no combine
   EXPECT_EQ(plan_sparse_mla(5, 16, 2048, kH100).splits, 32);  // lists of 2048: 160 CTAs of two tiles stay
