@@ -257,7 +257,8 @@ inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 // CTA per SM) or not at all: its two-tile splits lose to one split nearly everywhere (run 601,
 // H100, bf16 / fp8 µs): 16 heads topk 128 T = 34 / 66 / 132 11.3 / 13.7 / 20.5 -> 10.8 / 12.0 /
 // 16.1, fp8 10.4 / 11.8 / 16.9 -> 9.9 / 10.5 / 12.9; topk 96 T = 90 15.7 -> 11.3; the exceptions
-// are bf16 at 32-128 heads with 34-40 CTAs (+2.9 to +5.5 %, fp8 -3 to -4 %). One-tile splits win
+// are bf16 at 32-128 heads with 34-40 CTAs (+2.9 to +6.0 %, runs 601 and 603; fp8 -3 to -5 %),
+// a trade left for a rule that needs the format and the head count. One-tile splits win
 // at T = 1: topk 128 4 splits 8.0, one 10.2 (run 593).
 inline constexpr int kSplitKOneTileOnlyMaxTiles = 4;
 // Just past half a wave, where a plan's splits fall from 2 to 1 (split-K: T x head groups past

@@ -174,6 +174,10 @@
 //                split past it), and lists of <= 64 unsplit. Runs 595 / 597, H100 / H200 (us): 32
 //                heads T = 2 topk 2048 15.4 -> 11.6 / 15.0 -> 11.0, 16 heads T = 4 17.1 -> 13.5,
 //                topk 64 16 heads T = 132 15.4 -> 10.8 / 13.9 -> 9.2; every moved case faster.
+//   v33 b9697a5  (plans only) lists of <= 4 tiles in one-tile splits or whole; lists of <= 512 past
+//                one CTA per SM in splits of >= 4 tiles or as many as fit one CTA per SM. Run 603,
+//                H100 (us): topk 128 16 heads T = 132 20.4 -> 16.2, topk 96 T = 90 15.5 -> 11.3, topk
+//                512 T = 33 20.5 -> 18.7; moved cases -29 to +6 % bf16, -30 to +2.4 % fp8.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
