@@ -127,7 +127,7 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
   } else if (name == "short-lists") {
     // Decode calls of short lists and small T at every head count: where split-K's short-split
     // rules and the 64 / 128-head line between split-K and shared rows lie (docs/perf.md runs
-    // 592-599): one-tile splits past one CTA per SM, lists of 64 whole, bf16 shared rows from
+    // 592-603): one-tile splits past one CTA per SM, lists of 64 whole, bf16 shared rows from
     // 2^14 pairs below 32 head blocks; and the half-wave lead with lists of 512, whose limit was
     // a trade between random lists and mixed lengths.
     const auto add = [&](int H, int T, int topk, IndexPattern pattern, std::vector<int> valid = {}) {
@@ -150,6 +150,29 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     add(64, 3, 1024, IndexPattern::random);
     add(64, 3, 1024, IndexPattern::runs);
     for (auto [H, T] : {std::pair{64, 7}, std::pair{64, 10}, std::pair{128, 4}, std::pair{128, 6}}) add(H, T, 300, IndexPattern::random);
+    // Runs 600-603: short lists past one CTA per SM (lists of <= 4 tiles whole or in one-tile
+    // splits; lists of <= 512 in splits of >= 4 tiles or as many as fit one CTA per SM).
+    for (auto [H, T] : {std::pair{16, 34}, std::pair{16, 50}, std::pair{16, 66}, std::pair{16, 100}, std::pair{16, 132}, std::pair{32, 17},
+                        std::pair{32, 33}, std::pair{32, 50}, std::pair{32, 66}, std::pair{64, 9}, std::pair{64, 16}, std::pair{64, 33},
+                        std::pair{128, 5}, std::pair{128, 8}, std::pair{128, 16}})
+      add(H, T, 128, IndexPattern::random);
+    for (int T : {50, 100}) add(16, T, 128, IndexPattern::runs);
+    add(16, 66, 128, IndexPattern::random, {20});
+    for (int T : {45, 66, 90, 132}) add(16, T, 96, IndexPattern::random);
+    for (int T : {45, 66, 89, 110}) add(16, T, 192, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 34}, std::pair{16, 40}, std::pair{16, 45}, std::pair{16, 50}, std::pair{16, 67}, std::pair{16, 89},
+                        std::pair{32, 20}, std::pair{32, 33}})
+      add(H, T, 256, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 27}, std::pair{16, 34}, std::pair{16, 40}, std::pair{16, 45}, std::pair{16, 55}, std::pair{16, 66},
+                        std::pair{32, 14}, std::pair{32, 20}, std::pair{32, 25}, std::pair{32, 33}, std::pair{64, 12}, std::pair{128, 8}})
+      add(H, T, 300, IndexPattern::random);
+    for (int T : {30, 50}) add(16, T, 384, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 17}, std::pair{16, 20}, std::pair{16, 24}, std::pair{16, 33}, std::pair{16, 40}, std::pair{16, 44},
+                        std::pair{32, 9}, std::pair{32, 12}, std::pair{32, 16}, std::pair{32, 22}, std::pair{64, 5}, std::pair{64, 10},
+                        std::pair{128, 5}})
+      add(H, T, 512, IndexPattern::random);
+    for (auto [H, T] : {std::pair{16, 24}, std::pair{16, 40}, std::pair{32, 12}}) add(H, T, 512, IndexPattern::runs);
+    add(16, 8, 2048, IndexPattern::runs);
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
