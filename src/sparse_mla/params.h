@@ -218,6 +218,15 @@ inline constexpr int kSharedRowsMinListBf16 = 256;
 inline constexpr int64_t kSharedRowsMinHeadBlocksBf16 = 12;
 inline constexpr int64_t kSharedRowsMinPairsLongListFp8 = int64_t{3} << 14;
 inline constexpr int kSharedRowsLongList = 1024;
+// ... and fp8 lists of kSharedRowsMidListFp8 up to kSharedRowsLongList once split-K can no longer
+// split every token in two within its slots (head blocks > half the slots: 64 heads T >= 34,
+// 128 heads T >= 17 on 132 SMs), where its plans are one split or the half-wave lead. Run 604,
+// H100, topk 512, split-K plan -> shared rows in 2 splits, µs: 64 heads T = 36 / 40 / 48 / 56 / 63
+// 33.4 / 35.0 / 33.3 / 33.8 / 34.5 -> 27.6 / 28.2 / 29.4 / 30.9 / 32.1, runs of 1-512 rows T = 40
+// / 56 27.8 / 30.0 -> 24.7 / 27.3; 128 heads T = 20 / 24 / 28 34.9 / 33.0 / 33.8 -> 27.6 / 29.0 /
+// 30.2. Below it split-K wins (64 heads T = 24 / 33 22.8 / 24.4 vs 25.2 / 25.9, 128 heads T = 16
+// 24.0 vs 25.5).
+inline constexpr int kSharedRowsMidListFp8 = 512;
 // Shared rows' splits below one wave at 64 and 128 heads: fewer than kSharedRowsManyGroups groups
 // put their CTAs on at most 3/4 of the SMs; from that many, a group takes at most
 // kSharedRowsManyGroupsMaxSplits splits (fewer, longer CTAs).

@@ -381,7 +381,8 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
   SharedRowsPick pick;
   if (tokens_per_group == 1) {
     const int64_t pairs = shared_rows_head_blocks * topk;
-    const bool long_list_pays = fp8 ? topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8
+    const bool long_list_pays = fp8 ? (topk >= detail::kSharedRowsLongList && pairs >= detail::kSharedRowsMinPairsLongListFp8) ||
+                                          (topk >= detail::kSharedRowsMidListFp8 && 2 * shared_rows_head_blocks > split_k_slots)
                                     : topk >= detail::kSharedRowsMinListBf16 && shared_rows_head_blocks >= detail::kSharedRowsMinHeadBlocksBf16 &&
                                           pairs >= (shared_rows_head_blocks >= detail::kSharedRowsManyHeadBlocksBf16
                                                         ? detail::kSharedRowsMinPairsBf16

@@ -448,10 +448,19 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   }
   for (auto [T, H] : {std::pair{6, 64}, std::pair{3, 128}, std::pair{12, 64}})
     EXPECT_EQ(fp8_kernel(T, H, IndexSharing::none), SparseMlaKernel::shared_rows) << T << " " << H;
-  // fp8 lists below 1024 positions: from 2^17 pairs only (64 heads topk 1023: T = 33).
+  // fp8 lists below 1024 positions: from 2^17 pairs (64 heads topk 1023: T = 33) or, with lists
+  // of >= 512, once split-K cannot split every token in two (64 heads T = 34, 128 heads T = 17).
   const auto fp8_short = [](int T) { return plan_sparse_mla(T, 64, 1023, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel; };
   EXPECT_EQ(fp8_short(32), SparseMlaKernel::split_k);
   EXPECT_EQ(fp8_short(33), SparseMlaKernel::shared_rows);
+  const auto fp8_mid = [](int T, int H, int topk) {
+    return plan_sparse_mla(T, H, topk, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel;
+  };
+  EXPECT_EQ(fp8_mid(33, 64, 512), SparseMlaKernel::split_k);
+  EXPECT_EQ(fp8_mid(34, 64, 512), SparseMlaKernel::shared_rows);
+  EXPECT_EQ(fp8_mid(16, 128, 512), SparseMlaKernel::split_k);
+  EXPECT_EQ(fp8_mid(17, 128, 512), SparseMlaKernel::shared_rows);
+  EXPECT_EQ(fp8_mid(40, 64, 511), SparseMlaKernel::split_k);  // shorter lists: not measured
   EXPECT_EQ(plan_sparse_mla(12, 64, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows);
   EXPECT_EQ(plan_sparse_mla(11, 64, 1024, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::split_k);
   for (auto [T, H] : {std::pair{512, 16}, std::pair{64, 64}, std::pair{12, 64}, std::pair{8, 128}, std::pair{6, 64}, std::pair{100, 32}})
