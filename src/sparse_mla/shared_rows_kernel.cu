@@ -267,6 +267,10 @@
 //               2^13): those calls go back to split-K. Run 599, H100 (us): 64 heads topk 512 T = 4
 //               / 6 13.6 / 14.6 -> 10.9 / 13.0, 2 valid rows T = 4 8.6 -> 4.9, 128 heads T = 2
 //               13.2 -> 11.0, 64 heads topk 1024 T = 3 14.2 -> 13.7.
+//   v34 629977d (plans only) fp8 lists of 512-1023 at 64 / 128 heads from head blocks past half
+//               the split-K slots (64 heads T >= 34, 128 heads T >= 17). Run 605, H100 (us): 64
+//               heads topk 512 T = 40 / 56 35.1 / 34.1 -> 25.2 / 30.8, 128 heads T = 20 34.9 ->
+//               24.5, topk 768 T = 20 43.4 -> 28.4; every moved case faster.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
