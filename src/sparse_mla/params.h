@@ -255,10 +255,10 @@ inline constexpr int kSplitKTailMinList = 512;
 // merge: a second CTA on an SM gains less than the combine of shorter splits costs. Measured
 // (runs 600-602, H100, bf16 / fp8 µs): 16 heads topk 512 T = 33, 8 splits of 2 tiles -> 4 of 4,
 // 20.5 / 16.9 -> 18.6 / 15.5; topk 256 T = 50, 4 of 2 -> 2 of 4, 17.5 / 14.5 -> 16.5 / 13.9;
-// topk 300 T = 66, 4 of 3 -> 2 of 5, 22.3 / 18.1 -> 20.7 / 17.2 (3 of 4 lost: 22.2 / 18.6, run
+// topk 300 T = 66, 4 of 3 -> 2 of 5, 22.2 / 18.0 -> 20.7 / 17.2 (3 of 4 lost: 22.0 / 18.6, run
 // 602); topk 192 T = 89, 2 of 3 -> one, 19.8 / 16.5 -> 18.0 / 14.4. Where 4 splits of 4 tiles
-// were 96 CTAs (topk 512 at T x head groups = 24) they lost 0-8 % (run 601), so those keep 8
-// of 2. Lists of 1024 and 2048 in 2-tile splits are mixed against 4-tile ones (-1.4 to +0.9
+// were 96 CTAs (topk 512 at T x head groups = 24) they ran -2 to +8 % (run 601), so those keep
+// 8 of 2. Lists of 1024 and 2048 in 2-tile splits are mixed against 4-tile ones (-1.4 to +0.9
 // µs, run 594): not changed.
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
