@@ -593,7 +593,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     // past one CTA per SM lost 3-13 % to 2 of 5 within it).
     const int64_t long_splits = list_tiles / detail::kSplitKMinTilesPastOneCtaPerSm;
     const int64_t fewer = std::max({min_splits, int64_t{dev.sm_count} / base_ctas, long_splits});
-    const int64_t fewer_ctas = base_ctas * ceil_div(list_tiles, ceil_div(list_tiles, fewer));  // whole tiles per split
+    const int64_t fewer_ctas = base_ctas * whole_tile_splits(list_tiles, fewer);
     // Not where a quarter of the SMs would idle, unless no split is left (and no combine).
     if (fewer == min_splits || 4 * fewer_ctas >= 3 * int64_t{dev.sm_count}) splits = fewer;
   }
