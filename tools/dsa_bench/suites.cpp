@@ -127,7 +127,7 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
   } else if (name == "short-lists") {
     // Decode calls of short lists and small T at every head count: where split-K's short-split
     // rules and the 64 / 128-head line between split-K and shared rows lie (docs/perf.md runs
-    // 592-603): one-tile splits past one CTA per SM, lists of 64 whole, bf16 shared rows from
+    // 592-605): one-tile splits past one CTA per SM, lists of 64 whole, bf16 shared rows from
     // 2^14 pairs below 32 head blocks; and the half-wave lead with lists of 512, whose limit was
     // a trade between random lists and mixed lengths.
     const auto add = [&](int H, int T, int topk, IndexPattern pattern, std::vector<int> valid = {}) {
@@ -173,6 +173,15 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
       add(H, T, 512, IndexPattern::random);
     for (auto [H, T] : {std::pair{16, 24}, std::pair{16, 40}, std::pair{32, 12}}) add(H, T, 512, IndexPattern::runs);
     add(16, 8, 2048, IndexPattern::runs);
+    // Runs 604-605: lists of 512-1023 at 64 / 128 heads around the line where split-K can no
+    // longer split every token in two (fp8 takes shared rows past it).
+    for (int T : {33, 34, 36, 40, 44, 48, 56, 63, 64}) add(64, T, 512, IndexPattern::random);
+    for (int T : {40, 56}) add(64, T, 512, IndexPattern::runs);
+    add(64, 40, 512, IndexPattern::runs, {2});
+    for (int T : {40, 56}) add(64, T, 768, IndexPattern::random);
+    for (int T : {16, 17, 20, 24, 28, 31}) add(128, T, 512, IndexPattern::random);
+    add(128, 24, 512, IndexPattern::runs);
+    add(128, 20, 768, IndexPattern::random);
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
