@@ -182,6 +182,16 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     for (int T : {16, 17, 20, 24, 28, 31}) add(128, T, 512, IndexPattern::random);
     add(128, 24, 512, IndexPattern::runs);
     add(128, 20, 768, IndexPattern::random);
+    // Lists of 1024 / 2048 past one CTA per SM (two-tile splits against splits that fit one CTA
+    // per SM, run 594 and stop 60); the sweep holds random lists of 2048 at these T.
+    for (auto [H, T] : {std::pair{16, 9}, std::pair{16, 12}, std::pair{16, 16}, std::pair{16, 20}, std::pair{16, 24}, std::pair{32, 5},
+                        std::pair{32, 8}, std::pair{32, 12}, std::pair{64, 6}, std::pair{128, 2}, std::pair{128, 3}})
+      add(H, T, 1024, IndexPattern::random);
+    for (int T : {12, 20}) add(16, T, 1024, IndexPattern::runs);
+    for (auto [H, T] : {std::pair{16, 5}, std::pair{16, 6}, std::pair{16, 12}, std::pair{32, 3}, std::pair{32, 6}, std::pair{64, 2},
+                        std::pair{128, 1}})
+      add(H, T, 2048, IndexPattern::runs);
+    for (auto [H, T] : {std::pair{16, 6}, std::pair{32, 4}, std::pair{128, 1}}) add(H, T, 2048, IndexPattern::sequences);
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
