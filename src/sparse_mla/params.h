@@ -258,10 +258,16 @@ inline constexpr int kSplitKTailMinList = 512;
 // topk 300 T = 66, 4 of 3 -> 2 of 5, 22.2 / 18.0 -> 20.7 / 17.2 (3 of 4 lost: 22.0 / 18.6, run
 // 602); topk 192 T = 89, 2 of 3 -> one, 19.8 / 16.5 -> 18.0 / 14.4. Where 4 splits of 4 tiles
 // were 96 CTAs (topk 512 at T x head groups = 24) they ran -2 to +8 % (run 601), so those keep
-// 8 of 2. Lists of 1024 and 2048 in 2-tile splits are mixed against 4-tile ones (-1.4 to +0.9
-// µs, run 594): not changed.
+// 8 of 2. Longer lists take the same rule only where their splits hold at most
+// kSplitKLongListMaxTilesToRefit tiles (the two-tile splits past one CTA per SM above): H200 (run
+// 611), bf16 / fp8 µs, 16 heads topk 2048 T = 8, 32 splits -> 16, 17.0 / 15.0 -> 15.9 / 13.9; 128
+// heads T = 1 14.9 / 14.2 -> 13.3 / 13.2; topk 1024 T = 16, 16 -> 8, 17.2 / 15.0 -> 15.8 / 13.6;
+// every moved bf16 case -1.9 to -10.5 %, fp8 -9.4 to +4.6 (runs of 1-2048 rows at 64 heads T = 2
+// and 128 heads T = 1). Their 3-tile splits in 4-tile ones were a trade: random lists -0.3 to
+// -8.8 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12, 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
+inline constexpr int kSplitKLongListMaxTilesToRefit = 2;
 // A list of at most this many tiles is split-K split into one-tile splits (while they fit one
 // CTA per SM) or not at all: its two-tile splits lose to one split nearly everywhere (run 601,
 // H100, bf16 / fp8 µs): 16 heads topk 128 T = 34 / 66 / 132 11.3 / 13.7 / 20.5 -> 10.8 / 12.0 /

@@ -584,11 +584,13 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // 9.4 -> 6.9.
   if (topk <= 2 * detail::kPlannerBlockKeys) splits = min_splits;
   // Lists of <= 512 past one CTA per SM: splits of >= 4 tiles, or as many as fit one CTA per SM
-  // (params.h kSplitKFitOneCtaMaxList); lists of <= 4 tiles in one-tile splits or whole
+  // (params.h kSplitKFitOneCtaMaxList); longer lists too where their splits hold <= 2 tiles
+  // (kSplitKLongListMaxTilesToRefit); lists of <= 4 tiles in one-tile splits or whole
   // (kSplitKOneTileOnlyMaxTiles).
   const int64_t list_tiles = ceil_div(topk, detail::kPlannerBlockKeys);
-  if (topk <= detail::kSplitKFitOneCtaMaxList && splits > min_splits && base_ctas * splits > dev.sm_count &&
-      ceil_div(list_tiles, splits) < detail::kSplitKMinTilesPastOneCtaPerSm) {
+  const int64_t split_tiles = ceil_div(list_tiles, splits);
+  const bool refit = topk <= detail::kSplitKFitOneCtaMaxList || split_tiles <= detail::kSplitKLongListMaxTilesToRefit;
+  if (refit && splits > min_splits && base_ctas * splits > dev.sm_count && split_tiles < detail::kSplitKMinTilesPastOneCtaPerSm) {
     // Splits of >= 4 tiles on average: 10 tiles in 2 of 5, not 3 of 4 (topk 300, run 602: 3 of 4
     // past one CTA per SM lost 3-13 % to 2 of 5 within it).
     const int64_t long_splits = list_tiles / detail::kSplitKMinTilesPastOneCtaPerSm;

@@ -279,6 +279,7 @@ TEST(Planner, ShortSplitsOnlyWhereTheyPay) {
   EXPECT_EQ(plan_sparse_mla(3, 16, 2048, kH100).splits, 32);  // 192 one-tile CTAs would not fit
   EXPECT_EQ(plan_sparse_mla(2, 32, 2048, kH100).splits, 32);
   EXPECT_EQ(plan_sparse_mla(1, 64, 2048, kH100).splits, 32);
+  EXPECT_EQ(plan_sparse_mla(4, 16, 1024, kH100).splits, 32);  // 128 one-tile CTAs
   EXPECT_EQ(plan_sparse_mla(8, 16, 1024, kH100).splits, 16);
   EXPECT_EQ(plan_sparse_mla(12, 16, 512, kH100).splits, 8);
   EXPECT_EQ(plan_sparse_mla(8, 16, 512, kH100).splits, 16);  // 128 CTAs
@@ -307,7 +308,13 @@ TEST(Planner, ShortSplitsOnlyWhereTheyPay) {
   EXPECT_EQ(plan_sparse_mla(55, 16, 300, kH100).splits, 2);  // 2 of 5 tiles, not 3 of 4
   EXPECT_EQ(plan_sparse_mla(66, 16, 192, kH100).splits, 2);
   EXPECT_EQ(plan_sparse_mla(67, 16, 192, kH100).splits, 1);  // whole lists: no combine
-  EXPECT_EQ(plan_sparse_mla(5, 16, 2048, kH100).splits, 32);  // lists of 2048: 160 CTAs of two tiles stay
+  // Longer lists only where their splits hold <= 2 tiles.
+  EXPECT_EQ(plan_sparse_mla(5, 16, 2048, kH100).splits, 22);  // 110 CTAs of 3 tiles, not 160 of 2
+  EXPECT_EQ(plan_sparse_mla(8, 16, 2048, kH100).splits, 16);  // 128 CTAs of 4 tiles
+  EXPECT_EQ(plan_sparse_mla(1, 128, 2048, kH100).splits, 16);
+  EXPECT_EQ(plan_sparse_mla(16, 16, 1024, kH100).splits, 8);
+  EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH100).splits, 22);  // 3-tile splits stay (mixed lengths lose in 16)
+  EXPECT_EQ(plan_sparse_mla(20, 16, 1024, kH100).splits, 11);
   PlanChoice forced;
   forced.splits = 2;
   EXPECT_EQ(plan_sparse_mla(1, 16, 64, kH100, forced).splits, 2);  // a caller may still split
