@@ -263,8 +263,10 @@ inline constexpr int kSplitKTailMinList = 512;
 // 611), bf16 / fp8 µs, 16 heads topk 2048 T = 8, 32 splits -> 16, 17.0 / 15.0 -> 15.9 / 13.9; 128
 // heads T = 1 14.9 / 14.2 -> 13.3 / 13.2; topk 1024 T = 16, 16 -> 8, 17.2 / 15.0 -> 15.8 / 13.6;
 // every moved bf16 case -1.9 to -10.5 %, fp8 -9.4 to +4.6 (runs of 1-2048 rows at 64 heads T = 2
-// and 128 heads T = 1). Their 3-tile splits in 4-tile ones were a trade: random lists -0.3 to
-// -8.8 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12, 22 splits -> 16).
+// and 128 heads T = 1); H100 (run 612) -9.2 to +1.5 / -9.3 to +5.3 % (the same two, and the
+// targets' T = 8 runs fp8 +4.1 %, bf16 -4.2, run 614). Their 3-tile splits in 4-tile ones were a
+// trade: random lists -8.8 to +0.6 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12,
+// 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 inline constexpr int kSplitKLongListMaxTilesToRefit = 2;

@@ -178,6 +178,11 @@
 //                one CTA per SM in splits of >= 4 tiles or as many as fit one CTA per SM. Run 603,
 //                H100 (us): topk 128 16 heads T = 132 20.4 -> 16.2, topk 96 T = 90 15.5 -> 11.3, topk
 //                512 T = 33 20.5 -> 18.7; moved cases -29 to +6 % bf16, -30 to +2.4 % fp8.
+//   v34 c6d5764  (plans only) longer lists in two-tile splits past one CTA per SM take v33's rule
+//                too. Runs 611-612, H200 / H100 (us): 128 heads T = 1 topk 2048 14.85 / 15.2 -> 13.3 /
+//                13.95, 16 heads T = 8 random 16.9 / 19.8 -> 15.85 / 18.55; moved cases -10.5 to +1.5 %
+//                bf16, -9.4 to +5.3 % fp8 (mixed lengths at 64 / 128 heads); targets T = 8 runs
+//                bf16 -4.2 %, fp8 +4.1 % (run 614).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
