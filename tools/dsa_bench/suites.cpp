@@ -183,7 +183,7 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     add(128, 24, 512, IndexPattern::runs);
     add(128, 20, 768, IndexPattern::random);
     // Lists of 1024 / 2048 past one CTA per SM (two-tile splits against splits that fit one CTA
-    // per SM, run 594 and stop 60); the sweep holds random lists of 2048 at these T.
+    // per SM: runs 594, 611-612); the sweep holds random lists of 2048 at these T.
     for (auto [H, T] : {std::pair{16, 9}, std::pair{16, 12}, std::pair{16, 16}, std::pair{16, 20}, std::pair{16, 24}, std::pair{32, 5},
                         std::pair{32, 8}, std::pair{32, 12}, std::pair{64, 6}, std::pair{128, 2}, std::pair{128, 3}})
       add(H, T, 1024, IndexPattern::random);
