@@ -52,6 +52,7 @@ struct Options : TimingOptions {
   int T = 0, heads = 16, topk = 2048, page_size = 64, num_pages = 8462, prefix_len = 8192, seq_tokens = 1;
   std::string pattern = "random";
   std::vector<int> valid;
+  std::vector<std::string> shapes;  // --shape: cases by suite-style name (named_case)
   // Read only each list's first positions, as a caller whose tokens' valid entries all sit there
   // passes topk = that length with the lists' full row stride: "off" (all topk), a number, or
   // "auto" (each case's own: its last valid entry's position + 1, the most over its tokens).
@@ -78,6 +79,12 @@ struct Options : TimingOptions {
 
 // The cases a command line selects: one custom case, a workload file, or a built-in suite.
 std::vector<BenchCase> select_cases(const Options& o) {
+  if (!o.shapes.empty()) {
+    if (o.T > 0 || !o.workload_path.empty()) throw Error("--shape: not with -T or --workload");
+    std::vector<BenchCase> cases;
+    for (const std::string& name : o.shapes) cases.push_back(named_case(name));
+    return cases;
+  }
   if (o.T > 0) {
     BenchCase c;
     c.name = "custom";
@@ -910,11 +917,11 @@ int run_export(const Options& o) {
     w.num_tokens = c.indices.num_tokens;
     w.num_pages = c.indices.num_pages;
     w.sm_scale = c.sm_scale;
-    w.uuid = (o.T > 0 || !o.workload_path.empty() ? std::string("custom") : o.suite) + "-" + c.name;
+    w.uuid = (o.T > 0 || !o.workload_path.empty() || !o.shapes.empty() ? std::string("custom") : o.suite) + "-" + c.name;
     w.indices = case_indices(c, o.seed);
     out.push_back(std::move(w));
   }
-  const std::string name = o.T > 0 ? "custom" : o.suite;
+  const std::string name = o.T > 0 || !o.shapes.empty() ? "custom" : o.suite;
   fib::write_workloads(out, o.export_dir, name);
   std::printf("wrote %zu workloads to %s/%s.jsonl\n", out.size(), o.export_dir.c_str(), name.c_str());
   return 0;
@@ -1068,6 +1075,10 @@ int main(int argc, char** argv) {
   add_timing_flags(app, o);
   app.add_option("--csv", o.csv_path, "write every figure as CSV");
   app.add_option("-T,--tokens", o.T, "custom case: tokens (replaces the suite)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--shape", o.shapes,
+                 "cases by name, H<heads>-T<tokens>-k<topk>-<pattern> as the suites name them (comma-separated; replaces the "
+                 "suite; the suites' page size and cache, so a suite case's name gives its indices)")
+      ->delimiter(',');
   app.add_option("--heads", o.heads, "custom case: heads")->check(CLI::IsMember({16, 32, 64, 128}));
   app.add_option("--topk", o.topk, "custom case: topk")->check(CLI::Range(1, 1 << 20));
   app.add_option("--page-size", o.page_size, "custom case: page size")->check(CLI::Range(1, 1 << 16));
@@ -1126,7 +1137,8 @@ int main(int argc, char** argv) {
   int inspect_tokens = 8;
   std::string inspect_source;
   CLI::App* inspect = app.add_subcommand("inspect", "analyse index data: a workload file or a built-in suite");
-  inspect->add_option("source", inspect_source, "FILE.jsonl or suite name")->required();
+  inspect->add_option("source", inspect_source, "FILE.jsonl, a suite name, or case names (H16-T8-k2048-runs,...; see --shape)")
+      ->required();
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
   inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: auto, unknown, consecutive, none")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
@@ -1176,10 +1188,17 @@ int main(int argc, char** argv) {
     if (*fuzz) return dsa::bench::run_fuzz(fuzz_o);
     if (*plan_grid) return dsa::bench::run_plan_grid(plan_grid_summary);
     if (*inspect) {
+      const auto& suites = dsa::bench::builtin_suite_names();
       if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
         o.workload_path = inspect_source;
+      else if (std::find(suites.begin(), suites.end(), inspect_source) != suites.end() || inspect_source[0] != 'H')
+        o.suite = inspect_source;  // an unknown one fails as a suite
       else
-        o.suite = inspect_source;
+        for (size_t from = 0; from <= inspect_source.size();) {  // case names, comma-separated
+          const size_t comma = std::min(inspect_source.find(',', from), inspect_source.size());
+          o.shapes.push_back(inspect_source.substr(from, comma - from));
+          from = comma + 1;
+        }
       return dsa::bench::run_inspect(o, inspect_tokens);
     }
     if (!o.export_dir.empty()) return dsa::bench::run_export(o);

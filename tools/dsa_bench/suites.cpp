@@ -1,5 +1,7 @@
 #include "suites.h"
 
+#include <regex>
+
 #include "dsa/error.h"
 
 namespace dsa::bench {
@@ -196,6 +198,19 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     throw Error("suite: unknown '" + name + "'");
   }
   return v;
+}
+
+BenchCase named_case(const std::string& name) {
+  static const std::regex kShape(R"(H([0-9]{1,3})-T([0-9]{1,7})-k([0-9]{1,7})-([a-z_]+))");
+  std::smatch m;
+  if (!std::regex_match(name, m, kShape))
+    throw Error("shape: '" + name + "' is not H<heads>-T<tokens>-k<topk>-<pattern> (e.g. H16-T8-k2048-runs)");
+  const int heads = std::stoi(m[1]), T = std::stoi(m[2]), topk = std::stoi(m[3]);
+  if (heads != 16 && heads != 32 && heads != 64 && heads != 128)
+    throw Error("shape '" + name + "': heads must be 16, 32, 64 or 128, got " + std::to_string(heads));
+  if (T < 1 || T > (1 << 20)) throw Error("shape '" + name + "': tokens must be in [1, 2^20], got " + std::to_string(T));
+  if (topk < 1 || topk > (1 << 20)) throw Error("shape '" + name + "': topk must be in [1, 2^20], got " + std::to_string(topk));
+  return make(name, T, workload::parse_pattern(m[4]), {}, heads, topk);
 }
 
 }  // namespace dsa::bench

@@ -23,4 +23,9 @@ struct BenchCase {
 std::vector<BenchCase> builtin_suite(const std::string& name);
 std::vector<std::string> builtin_suite_names();
 
+// One case from a suite-style name, H<heads>-T<tokens>-k<topk>-<pattern> (H16-T8-k2048-runs):
+// the suites' page size and cache, so the same indices as a suite case of that name. Throws
+// dsa::Error naming what does not parse (suite names with a valid count, "-valid20", do not).
+BenchCase named_case(const std::string& name);
+
 }  // namespace dsa::bench
