@@ -1135,10 +1135,11 @@ int main(int argc, char** argv) {
   app.add_option("--export", o.export_dir, "write the selected cases as FlashInfer-Bench workloads into DIR, then exit");
   app.add_option("--plot", o.plot_path, "draw latency and floor ratio against T into a PNG (needs gnuplot)");
   int inspect_tokens = 8;
-  std::string inspect_source;
+  std::vector<std::string> inspect_source;  // one file or suite, or case names
   CLI::App* inspect = app.add_subcommand("inspect", "analyse index data: a workload file or a built-in suite");
   inspect->add_option("source", inspect_source, "FILE.jsonl, a suite name, or case names (H16-T8-k2048-runs,...; see --shape)")
-      ->required();
+      ->required()
+      ->delimiter(',');
   inspect->add_option("--tokens", inspect_tokens, "tokens listed per workload")->check(CLI::Range(0, 1 << 20));
   inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: auto, unknown, consecutive, none")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
@@ -1188,17 +1189,14 @@ int main(int argc, char** argv) {
     if (*fuzz) return dsa::bench::run_fuzz(fuzz_o);
     if (*plan_grid) return dsa::bench::run_plan_grid(plan_grid_summary);
     if (*inspect) {
+      const std::string& first = inspect_source[0];
       const auto& suites = dsa::bench::builtin_suite_names();
-      if (inspect_source.size() > 6 && inspect_source.substr(inspect_source.size() - 6) == ".jsonl")
-        o.workload_path = inspect_source;
-      else if (std::find(suites.begin(), suites.end(), inspect_source) != suites.end() || inspect_source[0] != 'H')
-        o.suite = inspect_source;  // an unknown one fails as a suite
+      if (inspect_source.size() == 1 && first.size() > 6 && first.substr(first.size() - 6) == ".jsonl")
+        o.workload_path = first;
+      else if (inspect_source.size() == 1 && (std::find(suites.begin(), suites.end(), first) != suites.end() || first[0] != 'H'))
+        o.suite = first;  // an unknown one fails as a suite
       else
-        for (size_t from = 0; from <= inspect_source.size();) {  // case names, comma-separated
-          const size_t comma = std::min(inspect_source.find(',', from), inspect_source.size());
-          o.shapes.push_back(inspect_source.substr(from, comma - from));
-          from = comma + 1;
-        }
+        o.shapes = inspect_source;
       return dsa::bench::run_inspect(o, inspect_tokens);
     }
     if (!o.export_dir.empty()) return dsa::bench::run_export(o);

@@ -23,6 +23,11 @@ BenchCase make(const std::string& name, int T, IndexPattern pattern, std::vector
   return c;
 }
 
+// A case's name from its shape, H<heads>-T<tokens>-k<topk>-<pattern>: the grammar named_case parses.
+std::string shape_name(int heads, int T, int topk, const std::string& pattern) {
+  return "H" + std::to_string(heads) + "-T" + std::to_string(T) + "-k" + std::to_string(topk) + "-" + pattern;
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
@@ -110,9 +115,7 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
       const int T = workload::log_uniform(rng, 1, (1 << 14) / H);
       const int topk = workload::pick(rng, {512, 1024, 1500, 2048, 2048, 2048});
       const IndexPattern pattern = workload::pick(rng, {IndexPattern::random, IndexPattern::sequences, IndexPattern::runs});
-      v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk) + "-" +
-                           workload::to_string(pattern),
-                       T, pattern, {}, H, topk));
+      v.push_back(make(shape_name(H, T, topk, workload::to_string(pattern)), T, pattern, {}, H, topk));
     }
   } else if (name == "sweep") {
     // Decode T from 1 to 2^13 / H at each head count, random lists of 512 and 2048: time should
@@ -133,8 +136,7 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
     // 2^14 pairs below 32 head blocks; and the half-wave lead with lists of 512, whose limit was
     // a trade between random lists and mixed lengths.
     const auto add = [&](int H, int T, int topk, IndexPattern pattern, std::vector<int> valid = {}) {
-      v.push_back(make("H" + std::to_string(H) + "-T" + std::to_string(T) + "-k" + std::to_string(topk) + "-" +
-                           (valid.empty() ? workload::to_string(pattern) : "valid" + std::to_string(valid[0])),
+      v.push_back(make(shape_name(H, T, topk, valid.empty() ? workload::to_string(pattern) : "valid" + std::to_string(valid[0])),
                        T, pattern, valid, H, topk));
     };
     for (auto [H, T] : {std::pair{16, 1}, std::pair{16, 66}, std::pair{16, 67}, std::pair{16, 132}, std::pair{128, 8}, std::pair{128, 16}})

@@ -25,7 +25,8 @@ std::vector<std::string> builtin_suite_names();
 
 // One case from a suite-style name, H<heads>-T<tokens>-k<topk>-<pattern> (H16-T8-k2048-runs):
 // the suites' page size and cache, so the same indices as a suite case of that name. Throws
-// dsa::Error naming what does not parse (suite names with a valid count, "-valid20", do not).
+// dsa::Error naming what does not parse (suite names without a topk, as wide-heads', or with a
+// valid count, "-valid20", do not).
 BenchCase named_case(const std::string& name);
 
 }  // namespace dsa::bench
