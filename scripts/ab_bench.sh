@@ -7,6 +7,7 @@
 # are listed after the table.
 # Usage (GPU machine): scripts/ab_bench.sh B0 B1 [dsa-bench args]
 #   scripts/ab_bench.sh b0/dsa-bench b1/dsa-bench --suite sweep --kernel-only --kv fp8
+#   scripts/ab_bench.sh b0/dsa-bench b1/dsa-bench --shape H16-T8-k2048-random,H128-T1-k2048-runs --kernel-only
 set -uo pipefail
 if [ $# -lt 2 ]; then
   echo "usage: $0 B0 B1 [dsa-bench args]: the same dsa-bench arguments through two builds" >&2
