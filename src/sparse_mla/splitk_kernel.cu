@@ -1419,6 +1419,19 @@ __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, in
   return {total <= p.fused_rows, live};
 }
 
+// A combine block's fused-rows check, before any wait: true if split 0 finished token t alone
+// (the block has nothing to merge and returns; one that another combine follows waits first);
+// else `live` becomes the splits that hold a result.
+__device__ __forceinline__ bool fused_token_done(const SparseMlaParams& p, int t, uint64_t& live) {
+  const TokenSplits ts = token_splits(p, t);
+  if (ts.fused) {
+    if (p.combine_before_another) ptx::wait_prerequisites();
+    return true;
+  }
+  live = ts.live;
+  return false;
+}
+
 // acc[i] += 2^(ls[u] - m) v[u][i] over the splits u that hold a result (lse > -inf); an empty
 // split's values were never written, so they are selected away, never multiplied. Returns the
 // sum of the weights.
@@ -1490,14 +1503,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_few_kernel
   const int64_t th = (int64_t)blockIdx.x * kCombineWarps + threadIdx.x / 32;
   const int t = static_cast<int>(th / p.num_heads), h = static_cast<int>(th % p.num_heads);
   uint64_t live = ~uint64_t{0};  // splits whose partial output to load
-  if (p.fused_rows > 0) {  // before any wait
-    const TokenSplits ts = token_splits(p, t);
-    if (ts.fused) {  // split 0 wrote it
-      if (p.combine_before_another) ptx::wait_prerequisites();
-      return;
-    }
-    live = ts.live;
-  }
+  if (p.fused_rows > 0 && fused_token_done(p, t, live)) return;  // split 0 wrote it
   ptx::wait_prerequisites();
   const float* lse_s = p.partial_lse + th * p.splits;
   const int64_t po = th * p.splits * kCkvDim + lane * 4;
@@ -1582,13 +1588,8 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     const SlotRun run = balanced_slot_run(p, t, h);
     if (run.splits == 1) return;  // its one split wrote it
     splits = run.splits, slot0 = run.first, slot_step = run.step;
-  } else if (p.fused_rows > 0) {  // before any wait
-    const TokenSplits ts = token_splits(p, t);
-    if (ts.fused) {  // split 0 wrote it
-      if (p.combine_before_another) ptx::wait_prerequisites();
-      return;
-    }
-    live = ts.live;
+  } else if (p.fused_rows > 0 && fused_token_done(p, t, live)) {  // split 0 wrote it
+    return;
   }
   ptx::wait_prerequisites();
   const int dim0 = part * (kCkvDim / kParts) + lane * 4;  // + i * 128
