@@ -6,7 +6,8 @@
 # anonymous namespace's hash is dropped and, on B's side, after each -e EXPR (a sed -E expression).
 # Prints a line per kernel that differs or has no twin ("differs", "only in A", "only in B"),
 # then the counts. Exit status 0 when every kernel of A has an identical twin in B (B may add
-# kernels), 1 otherwise, 2 on a usage error. Needs readelf (binutils).
+# kernels), 1 otherwise, 2 on a usage error. Needs readelf (binutils). Relocation entries (a
+# kernel's references to other symbols) are not compared, only the code bytes.
 # Usage: scripts/sass_diff.sh [-e SED-EXPR]... A.cubin B.cubin
 #   nvcc -I include -I src -O3 -DNDEBUG -std=c++17 --generate-code=arch=compute_90a,code=sm_90a \
 #     -cubin -o b.cubin src/sparse_mla/splitk_kernel.cu        # and a.cubin from the other tree
