@@ -24,12 +24,16 @@ shift || true
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
 if [ "$PARTS" != bench ]; then
 if [ "$NO_TESTS" != 1 ]; then
+  # Every test and fuzz case is logged as it runs (gtest flushes each result line; --verbose
+  # flushes each case before it runs), so a call that runs out of time still shows where it
+  # was: with --gtest_brief and a quiet fuzzer such a log is empty (perf.md run 624).
   echo "== gpu tests"
-  "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 2>&1 | tee "$OUT/gpu_tests.log" | tail -4
+  "$BUILD"/tests/dsa_gpu_tests > "$OUT/gpu_tests.log" 2>&1
+  grep -E '^\[==========\] .* ran|^\[  (PASSED|FAILED)  \]' "$OUT/gpu_tests.log" | head -20
   echo "== dsa-bench fuzz (CTest bench_fuzz's 200 cases, ~60 s, and bench_fuzz_dense's 500, ~12 s)"
-  "$BUILD"/tools/dsa-bench fuzz --cases 200 --seed 20261127 > "$OUT/fuzz.log" 2>&1
+  "$BUILD"/tools/dsa-bench fuzz --cases 200 --seed 20261127 --verbose > "$OUT/fuzz.log" 2>&1
   echo "rc=$? $(grep -E '^FAIL|cases,' "$OUT/fuzz.log" | head -5)"
-  "$BUILD"/tools/dsa-bench fuzz --dense --cases 500 --seed 20261127 > "$OUT/fuzz_dense.log" 2>&1
+  "$BUILD"/tools/dsa-bench fuzz --dense --cases 500 --seed 20261127 --verbose > "$OUT/fuzz_dense.log" 2>&1
   echo "dense rc=$? $(grep -E '^FAIL|cases,' "$OUT/fuzz_dense.log" | head -5)"
 fi
 SMALL='*Sweep*H16_topk63_*:*Sweep*H32_topk2049_*:*Sweep*H128_topk64_*:Gpu.StridedQueryOutputAndCombinedCache:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:Gpu.CountInvalidIndicesMatchesHost:T/TokenCounts.MatchesReference/T5_*:*SharedRowsSweep*H16_topk2048_random*:Gpu.SharedRowsMixesEntryWordsAndCounts:Gpu.SharedRowsSortsOnlyTheValidKeys:Gpu.WideHeadsTakeSharedRowsAndAgree:Gpu.WideHeadsSmallCallsSplitTheirListsAndAgree:Gpu.SharedRowsSplitsAgree:*SplitKRowOrder.*:Gpu.SharedRowsRowOrderAgrees:*Balanced*'
@@ -37,7 +41,7 @@ DENSE='*DenseSweep*_L17:*DenseSweep*_L1000:Gpu.DenseDifferentQueryAndKeyLengths:
 for tool in $SANITIZERS; do
   filter=$SMALL:$DENSE
   [ $tool != memcheck ] && filter='*Sweep*H16_topk2049_random*:*Sweep*H64_topk64_runs*:Gpu.EveryTileSizeAndSplitCountAgrees:Gpu.GraphCaptureAndReplay:*DenseSweep*_L1000:Gpu.DenseEveryKernelAndQueryTileAgrees:*SharedRowsSweep*H16_topk2048_random*:*SharedRowsSweep*H128_topk63_dupl*:Gpu.SharedRowsCountsEveryOccurrence:Gpu.SharedRowsSortsOnlyTheValidKeys:Gpu.WideHeadsTakeSharedRowsAndAgree:Gpu.WideHeadsSmallCallsSplitTheirListsAndAgree:Gpu.SharedRowsRowOrderAgrees:*SplitKRowOrder.Agrees/ps64_pages200:*Balanced*'
-  compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/dsa_gpu_tests --gtest_brief=1 --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
+  compute-sanitizer --tool $tool --error-exitcode 9 "$BUILD"/tests/dsa_gpu_tests --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
   echo "== $tool rc=$? $(grep -E 'tests ran|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tr '\n' ' ')"
 done
 case " $SANITIZERS " in *" memcheck "*)
