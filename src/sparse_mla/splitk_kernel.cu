@@ -183,6 +183,12 @@
 //                13.95, 16 heads T = 8 random 16.9 / 19.8 -> 15.85 / 18.55; moved cases -10.5 to +1.5 %
 //                bf16, -9.4 to +5.3 % fp8 (mixed lengths at 64 / 128 heads); targets T = 8 runs
 //                bf16 -4.2 %, fp8 +4.1 % (run 614).
+//   v35 (branch tiny-list-instance, not yet on a device in this form) one-split plans of lists of
+//                <= 32 positions (a caller's topk = L) run an instance of their own that counts the
+//                list by one ballot per warp and sends 0-2 rows to the lean path without
+//                block_compact. The same code as a branch in every instance (453f53e, run 624):
+//                hinted 2-valid 4.1 -> 3.85 us bf16, 4.1 -> 3.9 fp8, but T = 1 random +2.1 %; as an
+//                instance, the other 33 kernels' SASS is byte-identical to v34's.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -240,6 +246,7 @@
 // Run 289: 4 producer warps (cp.async on per-stage mbarriers), 5 stages, one CTA per SM (branch
 // producer-warps-experiment): unsplit T = 64 107.7 -> 76.9 us, but T = 1024 random 612 -> 789
 // (an SM gathers at ~32-36 GB/s either way, on the H200 too: 547 -> 613; run 290).
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -588,7 +595,8 @@ __device__ __forceinline__ void lean_ckv_to_float(const uint4 (&v)[3], const flo
   }
 }
 
-// Rows rows[0 .. N) of token t against heads h0 .. h0+15, whose Q is (or is being) staged at s_q
+// Rows rows[0 .. N) (compacted in shared memory, or a tiny list's in registers) of token t
+// against heads h0 .. h0+15, whose Q is (or is being) staged at s_q
 // by the CTA's cp.async group: bf16 out and lse. Waits for every cp.async of the CTA. Timeline
 // points: 3 Q staged, 4 Q in registers, 5 scores (the rows landed), 6 stored.
 template <int N, bool kFp8, typename Mark>
@@ -778,9 +786,12 @@ __device__ __forceinline__ float4 tile_weights(const float (&acc)[4], float s_sc
 // __launch_bounds__(128, 2): two CTAs per SM, as the ~100 KB of shared memory of 16- and 32-row
 // tiles allows, which still leaves ptxas up to 255 registers; without the minimum it capped the
 // 32-row kernels at 168 registers and spilled once the epilogue used stmatrix.
+// kTinyList: the instance for one-split plans of lists of at most 32 positions (tiny_list below);
+// the other instances do not carry its code (in their prologue it cost T = 1 random 0.2 us, run 624).
 template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
-          bool kSplitSoftmax = kFp8>
+          bool kSplitSoftmax = kFp8, bool kTinyList = false>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
+  static_assert(!kTinyList || (kStage == kStageFull && !kRowOrder && !kBalanced), "tiny lists: the full kernel, position order");
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
   static_assert(!kFp8 || kSplitSoftmax, "fp8 always splits its softmax");
   static_assert(!kSplitSoftmax || (BK >= 32 && kStage == kStageFull), "a split softmax: whole n-tiles per warp, the full kernel");
@@ -854,6 +865,14 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     const int q = position(j);
     my_row[j] = (kRowOrder || j * kThreads < nlist) && q < nlist ? __ldg(idx + q) : -1;
   }
+  // A list of at most 32 positions that this CTA reads alone (one split of position order, no
+  // lead tokens, no fused rows; the launcher picks the kTinyList instance only then, and the
+  // test repeats it) is read whole by every warp (warp 0's load above; the others hit the same
+  // 128 bytes), so that one ballot counts it and a list of at most kLeanRows rows goes to the
+  // lean path without the block's compaction (its barriers and scan): a hinted 2-valid token
+  // (topk = 2) 4.1 -> 3.85 us (run 624).
+  const bool tiny_list = kTinyList && !whole_list && p.splits == 1 && p.lead_tokens == 0 && nlist <= 32;
+  const int tiny_row = tiny_list && warp > 0 && lane < nlist ? __ldg(idx + lane) : -1;
   // The token's length (topk_lengths): one predicated load after the indices', first used after
   // Q's copies are issued (below), so neither waits for it. Any use before them (a branch on it,
   // or the clamp the compiler put beside the load) held Q's copies back by the load's latency:
@@ -884,6 +903,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       if (position(j) >= listed_end) my_row[j] = -1;
   }
 
+  int lean_row[kLeanRows] = {0, 0};  // kTinyList: the lean path's rows, in registers
+  bool lean_rows_held = false;       // a tiny list's (below): nlisted <= kLeanRows, lean_row set
   // 3. Compact the valid indices: in position order (deterministic), or with the plan's row order
   //    by the row's top bits, position order within equal bits (one counting sort).
   bool valid[kIdxPerThread];
@@ -900,8 +921,23 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) nlisted += s_offsets[w];
   } else {
-    nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
-    __syncthreads();  // s_rows complete
+    if constexpr (kTinyList) {
+      if (tiny_list) {  // the same list, count and rows in every warp
+        const int r = warp == 0 ? my_row[0] : (lane < listed_end ? tiny_row : -1);
+        const unsigned listed = __ballot_sync(0xffffffffu, names_a_row(r, p.num_rows));
+        nlisted = __popc(listed);
+        if (nlisted <= kLeanRows) {
+          lean_rows_held = true;
+          const unsigned rest = listed & (listed - 1u);  // without the first row
+          lean_row[0] = __shfl_sync(0xffffffffu, r, listed != 0u ? __ffs(listed) - 1 : 0);
+          lean_row[1] = __shfl_sync(0xffffffffu, r, rest != 0u ? __ffs(rest) - 1 : 0);
+        }
+      }
+    }
+    if (!kTinyList || !lean_rows_held) {
+      nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+      __syncthreads();  // s_rows complete
+    }
   }
   int row0 = 0, nvalid = nlisted;
   bool fused = false;  // this CTA finishes the token alone and writes bf16 out + lse
@@ -957,12 +993,20 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   if constexpr (kStage == kStageFull) {
     if (!split_out && nvalid <= kLeanRows) {
       static_assert(kLeanRows == 2, "one case per row count");
+      if constexpr (kTinyList) {
+        if (!lean_rows_held)  // compacted into s_rows
+#pragma unroll
+          for (int r = 0; r < kLeanRows; ++r) lean_row[r] = r < nvalid ? rows[r] : 0;
+      }
+      // kTinyList: the rows in registers. The other instances read s_rows as before (their SASS
+      // is df0bd64's, byte for byte).
+      const int* lean_rows = kTinyList ? lean_row : rows;
       if (nvalid == 0)
-        lean_rows_forward<0, kFp8>(p, rows, t, h0, s_scratch, mark);
+        lean_rows_forward<0, kFp8>(p, lean_rows, t, h0, s_scratch, mark);
       else if (nvalid == 1)
-        lean_rows_forward<1, kFp8>(p, rows, t, h0, s_scratch, mark);
+        lean_rows_forward<1, kFp8>(p, lean_rows, t, h0, s_scratch, mark);
       else
-        lean_rows_forward<2, kFp8>(p, rows, t, h0, s_scratch, mark);
+        lean_rows_forward<2, kFp8>(p, lean_rows, t, h0, s_scratch, mark);
       mark_exit();
       return;
     }
@@ -1649,11 +1693,12 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
 template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
-template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false, bool kSplitSoftmax = kFp8>
+template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
+          bool kSplitSoftmax = kFp8, bool kTinyList = false>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax>;
+  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList>;
   const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.lead_tokens > 0, p.topk, p.chunk));
   // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
   static thread_local int configured_smem[64] = {};
@@ -1672,7 +1717,8 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 
 // The instances that exist: every tile size with or without row order; a balanced schedule with
 // the planner's 32-row tiles; a split softmax (fp8 always, bf16 by the plan) with 32- or 64-row
-// tiles; the stage variants (diagnostics) with 32-row tiles, bf16, the softmax repeated.
+// tiles; the stage variants (diagnostics) with 32-row tiles, bf16, the softmax repeated; tiny
+// lists (one split of <= 32 positions) with 32-row tiles.
 // plan_sparse_mla only plans these; a hand-made plan that is not one throws.
 template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
@@ -1682,6 +1728,12 @@ void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
     throw Error("a balanced schedule runs the full kernel with 32-row tiles only");
   }
   if (p.row_order_bits > 0) return launch_splitk_instance<BK, kStage, true, false, kFp8, kSplitSoftmax>(p, stream);
+  if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull) {
+    // One split per token over lists of at most 32 positions (a caller's topk = L): the tiny-list
+    // instance, whose CTAs count such a list by one ballot per warp (the kernel's tiny_list).
+    if (p.splits == 1 && p.lead_tokens == 0 && p.fused_rows <= 0 && std::min(p.chunk, p.topk) <= 32)
+      return launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, true>(p, stream);
+  }
   launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax>(p, stream);
 }
 

@@ -1048,6 +1048,27 @@ TEST(Planner, SharedRowsWhenForced) {
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, forced).kernel, SparseMlaKernel::split_k);
 }
 
+// Lists of at most 32 positions (a caller's topk = L for short contexts) run as one split per
+// token in position order, with no fused rows or lead tokens: the split-K launcher's tiny-list
+// instance (one ballot per warp counts the list). At 16 and 32 heads below 2048 tokens (row
+// order starts at 2^17 pairs, shared rows at 16 heads without a hint at 2048 tokens); at 64
+// and 128 heads in small calls (shared rows' one-token groups take larger ones).
+TEST(Planner, ListsOfAtMost32PositionsTakeOneSplitInPositionOrder) {
+  for (KvCacheFormat format : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (const DeviceInfo& dev : {kH100, kH200})
+      for (int H : {16, 32, 64, 128})
+        for (int topk : {1, 2, 3, 17, 32})
+          for (int T : {1, 2, 5, 63, 64, 133, 1000, 2047}) {
+            if (H >= 64 && T > 5) continue;
+            const SparseMlaPlan p = plan_sparse_mla(T, H, topk, dev, PlanChoice{}, IndexSharing::unknown, format);
+            EXPECT_TRUE(p.kernel == SparseMlaKernel::split_k && p.splits == 1 && p.fused_rows <= 0 && p.lead_tokens == 0 &&
+                        !p.row_order && !p.balanced && p.block_keys == 32 && std::min(p.chunk, p.topk) <= 32)
+                << "H " << H << " topk " << topk << " T " << T << " splits " << p.splits << " fused_rows " << p.fused_rows
+                << " lead " << p.lead_tokens << " row_order " << p.row_order << " chunk " << p.chunk
+                << " kernel " << int(p.kernel) << " block_keys " << p.block_keys << " balanced " << p.balanced;
+          }
+}
+
 TEST(Planner, TopkBeyondOneChunkAlwaysSplits) {
   const SparseMlaPlan p = plan_sparse_mla(4096, 16, 5000, kH100);
   EXPECT_EQ(p.splits, 3);

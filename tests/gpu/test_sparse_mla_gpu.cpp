@@ -918,6 +918,69 @@ TEST_F(Gpu, FewRowsAgree) {
     }
 }
 
+// Lists of at most 32 positions in one split per token (a caller passing topk = L, the lists'
+// valid length, with their full stride): every warp counts the list by one ballot and lists of
+// at most 2 rows skip the block's compaction. Counts 0-4 anywhere in lists of 1-33 positions,
+// the rest -1, out of range above and below, a row listed twice, per-token lengths that cut a
+// valid entry off, and list strides whose gap holds rows that must not be read; both formats,
+// the planner's plan and one forced split.
+TEST_F(Gpu, TinyListsAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  int case_id = 0;
+  for (KvCacheFormat format : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (int topk : {1, 2, 3, 5, 31, 32, 33})
+      for (int H : {16, 32, 64, 128}) {
+        const int T = 1 + case_id % 5;  // 1-5 tokens
+        const uint64_t seed = seed_of(topk, H, int(format), 17);
+        HostProblem hp = make_problem(T, H, topk, 64, 16, IndexPattern::random, seed);
+        if (format == KvCacheFormat::fp8_ds_mla) hp.to_fp8(false);
+        std::mt19937_64 rng(seed);
+        const int32_t rows = static_cast<int32_t>(hp.rows());
+        for (int t = 0; t < T; ++t) {
+          std::vector<int> pos(static_cast<size_t>(topk));
+          for (int k = 0; k < topk; ++k) pos[size_t(k)] = k;
+          std::shuffle(pos.begin(), pos.end(), rng);
+          const int count = std::min(topk, (case_id + t) % 5);
+          for (int k = 0; k < topk; ++k) {
+            int32_t& v = hp.indices[size_t(t) * topk + pos[size_t(k)]];
+            v = k < count ? static_cast<int32_t>(rng() % rows) : (k % 3 == 0 ? rows + k : k % 3 == 1 ? -1 : -7);
+          }
+          if (count >= 2 && t % 2 == 1) hp.indices[size_t(t) * topk + pos[1]] = hp.indices[size_t(t) * topk + pos[0]];
+        }
+        // Lengths on every other case: each token's list cut at a random point (0 .. topk + 2).
+        std::vector<int32_t> len;
+        if (case_id % 2 == 1)
+          for (int t = 0; t < T; ++t) len.push_back(static_cast<int32_t>(rng() % (topk + 3)));
+        HostProblem cut = hp;
+        if (!len.empty()) cut.keep_first_positions(len);
+        std::vector<double> ro, rl;
+        reference(cut, ro, rl);
+        // The lists at a stride of topk + 9, every gap entry a row.
+        const int64_t stride = topk + 9;
+        std::vector<int32_t> wide(size_t(T) * stride);
+        for (int t = 0; t < T; ++t)
+          for (int64_t k = 0; k < stride; ++k)
+            wide[size_t(t * stride + k)] = k < topk ? hp.indices[size_t(t) * topk + k] : static_cast<int32_t>(k % rows);
+        DeviceProblem d(hp, /*out_pad=*/8, /*lse_pad=*/2);
+        DeviceBuffer<int32_t> didx(wide);
+        DeviceBuffer<int32_t> dlen(len.empty() ? std::vector<int32_t>(1, 0) : len);
+        SparseMlaProblem p = d.view();
+        p.indices = didx.ptr;
+        p.indices_token_stride = stride;
+        if (!len.empty()) p.topk_lengths = dlen.ptr;
+        PlanChoice one_split;
+        one_split.kernel = PlanChoice::Kernel::split_k;
+        one_split.splits = 1;
+        for (const SparseMlaPlan& plan : {plan_sparse_mla(p), plan_sparse_mla(T, H, topk, dev, one_split, IndexSharing::unknown, format)}) {
+          const Agreement a = forward_and_judge(d, p, plan, ro, rl);
+          EXPECT_TRUE(a.ok()) << (format == KvCacheFormat::bf16 ? "bf16" : "fp8") << " T " << T << " H " << H << " topk "
+                              << topk << " lengths " << !len.empty() << " splits " << plan.splits << " fused_rows "
+                              << plan.fused_rows << ": " << a.summary();
+        }
+        ++case_id;
+      }
+}
+
 struct BalancedCase {
   const char* name;
   int T, H, topk;
