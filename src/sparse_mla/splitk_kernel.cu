@@ -1698,16 +1698,11 @@ template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalance
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
-  auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList>;
+  constexpr auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList>;
   const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.lead_tokens > 0, p.topk, p.chunk));
-  // The opt-in shared-memory limit is per function and device: raise it once to the largest chunk.
-  static thread_local int configured_smem[64] = {};
-  int device = 0;
-  DSA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < 64 && configured_smem[device] < smem) {
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Shape::smem_bytes(kMaxChunk)));
-    configured_smem[device] = Shape::smem_bytes(kMaxChunk);
-  }
+  // The opt-in limit for the largest chunk, once per device (a device past the helper's 64 bits
+  // on every launch; this launcher's own per-thread table of 64 had never raised it there).
+  raise_smem_limit_once<kernel>(Shape::smem_bytes(kMaxChunk));
   const int64_t token_ctas =
       kBalanced ? p.balanced_slots : lead_split_ctas(p.num_tokens, p.splits, p.lead_tokens, p.lead_splits);
   const int64_t ctas = token_ctas * (p.num_heads / kHeadGroup);
