@@ -183,12 +183,11 @@
 //                13.95, 16 heads T = 8 random 16.9 / 19.8 -> 15.85 / 18.55; moved cases -10.5 to +1.5 %
 //                bf16, -9.4 to +5.3 % fp8 (mixed lengths at 64 / 128 heads); targets T = 8 runs
 //                bf16 -4.2 %, fp8 +4.1 % (run 614).
-//   v35 (branch tiny-list-instance, not yet on a device in this form) one-split plans of lists of
-//                <= 32 positions (a caller's topk = L) run an instance of their own that counts the
-//                list by one ballot per warp and sends 0-2 rows to the lean path without
-//                block_compact. The same code as a branch in every instance (453f53e, run 624):
-//                hinted 2-valid 4.1 -> 3.85 us bf16, 4.1 -> 3.9 fp8, but T = 1 random +2.1 %; as an
-//                instance, the other 33 kernels' SASS is byte-identical to v34's.
+//   v35 6f1f99a  one-split plans of lists of <= 32 positions (a caller's topk = L) run an instance
+//                of their own that counts the list by one ballot per warp and sends 0-2 rows to
+//                the lean path without block_compact. As a branch in every instance (453f53e, run
+//                624) T = 1 random lost 2.1 %; as an instance the other 33 kernels' SASS is v34's.
+//                Run 625, H100: hinted 2-valid 4.1 -> 3.95 us bf16, 4.05 -> 3.8 fp8; rest +-0.8 %.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
