@@ -867,9 +867,9 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // A list of at most 32 positions that this CTA reads alone (one split of position order, no
   // lead tokens, no fused rows; the launcher picks the kTinyList instance only then, and the
   // test repeats it) is read whole by every warp (warp 0's load above; the others hit the same
-  // 128 bytes), so that one ballot counts it and a list of at most kLeanRows rows goes to the
-  // lean path without the block's compaction (its barriers and scan): a hinted 2-valid token
-  // (topk = 2) 4.1 -> 3.85 us (run 624).
+  // 128 bytes), so that one ballot counts and ranks it: a list of at most kLeanRows rows goes
+  // to the lean path without the block's compaction (its barriers and scan; a hinted 2-valid
+  // token, topk = 2, 4.1 -> 3.95 us, run 625), and warp 0 compacts a longer one alone.
   const bool tiny_list = kTinyList && !whole_list && p.splits == 1 && p.lead_tokens == 0 && nlist <= 32;
   const int tiny_row = tiny_list && warp > 0 && lane < nlist ? __ldg(idx + lane) : -1;
   // The token's length (topk_lengths): one predicated load after the indices', first used after
@@ -930,10 +930,16 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
           const unsigned rest = listed & (listed - 1u);  // without the first row
           lean_row[0] = __shfl_sync(0xffffffffu, r, listed != 0u ? __ffs(listed) - 1 : 0);
           lean_row[1] = __shfl_sync(0xffffffffu, r, rest != 0u ? __ffs(rest) - 1 : 0);
+        } else {
+          // 3-32 rows: the ballot ranks them, so warp 0 compacts the list alone, one barrier
+          // where block_compact takes three and a scan (lists of 32 rows cost +1-3 % with it,
+          // run 628).
+          if (warp == 0 && ((listed >> lane) & 1u)) s_rows[__popc(listed & ((1u << lane) - 1u))] = r;
+          __syncthreads();  // s_rows complete
         }
       }
     }
-    if (!kTinyList || !lean_rows_held) {
+    if (!kTinyList || !tiny_list) {
       nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
       __syncthreads();  // s_rows complete
     }

@@ -919,8 +919,9 @@ TEST_F(Gpu, FewRowsAgree) {
 }
 
 // Lists of at most 32 positions in one split per token (a caller passing topk = L, the lists'
-// valid length, with their full stride): every warp counts the list by one ballot and lists of
-// at most 2 rows skip the block's compaction. Counts 0-4 anywhere in lists of 1-33 positions,
+// valid length, with their full stride): every warp counts the list by one ballot, lists of at
+// most 2 rows take the lean path and longer ones are compacted by warp 0 alone. Counts 0-4, half
+// the list and all of it, anywhere in lists of 1-33 positions,
 // the rest -1, out of range above and below, a row listed twice, per-token lengths that cut a
 // valid entry off, and list strides whose gap holds rows that must not be read; both formats,
 // the planner's plan and one forced split.
@@ -940,7 +941,9 @@ TEST_F(Gpu, TinyListsAgree) {
           std::vector<int> pos(static_cast<size_t>(topk));
           for (int k = 0; k < topk; ++k) pos[size_t(k)] = k;
           std::shuffle(pos.begin(), pos.end(), rng);
-          const int count = std::min(topk, (case_id + t) % 5);
+          // 0-4 rows (the lean path and past it), half the list, all of it.
+          const int counts[] = {0, 1, 2, 3, 4, topk / 2, topk};
+          const int count = std::min(topk, counts[(case_id + t) % 7]);
           for (int k = 0; k < topk; ++k) {
             int32_t& v = hp.indices[size_t(t) * topk + pos[size_t(k)]];
             v = k < count ? static_cast<int32_t>(rng() % rows) : (k % 3 == 0 ? rows + k : k % 3 == 1 ? -1 : -7);
