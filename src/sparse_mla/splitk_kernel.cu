@@ -188,6 +188,9 @@
 //                the lean path without block_compact. As a branch in every instance (453f53e, run
 //                624) T = 1 random lost 2.1 %; as an instance the other 33 kernels' SASS is v34's.
 //                Run 625, H100: hinted 2-valid 4.1 -> 3.95 us bf16, 4.05 -> 3.8 fp8; rest +-0.8 %.
+//   v36 329b1e0  tiny lists of 3-32 rows compacted by warp 0 from the count's ballot (one barrier,
+//                not block_compact). v35 had cost such lists +1-3 % (run 628); run 629 against v34:
+//                -5.5 to -9.1 % at T <= 64, -1 to -6 % at T = 1000-2047; hinted 2-valid 3.9 / 3.8.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
