@@ -11,9 +11,14 @@
 # PARTS=tests took ~10 min: SANITIZERS="memcheck" (and then "racecheck synccheck" with
 # NO_TESTS=1) splits it over two calls. Since the CPU reference runs on the host's threads
 # (dc8c14c) the GPU tests alone take ~185 s (417 before; docs/perf.md run 420).
+# SHARDS=n runs the GPU tests as n gtest shards at once on the one GPU (the CPU reference then
+# uses the host's cores in parallel): 4 shards ran all 549 tests in 152 s, one run takes ~350 s
+# (docs/perf.md run 630). Each shard logs to gpu_tests.<i>.log.
 set -uo pipefail
 PARTS=${PARTS:-all}
 case "$PARTS" in all | tests | bench) ;; *) echo "device_check.sh: PARTS must be all, tests or bench, got '$PARTS'" >&2; exit 2 ;; esac
+SHARDS=${SHARDS:-1}
+case "$SHARDS" in '' | *[!0-9]* | 0) echo "device_check.sh: SHARDS must be a positive integer, got '$SHARDS'" >&2; exit 2 ;; esac
 SANITIZERS=${SANITIZERS:-memcheck racecheck synccheck}
 NO_TESTS=${NO_TESTS:-0}
 OUT=${OUT:-/tmp/out}
@@ -27,9 +32,19 @@ if [ "$NO_TESTS" != 1 ]; then
   # Every test and fuzz case is logged as it runs (gtest flushes each result line; --verbose
   # flushes each case before it runs), so a call that runs out of time still shows where it
   # was: with --gtest_brief and a quiet fuzzer such a log is empty (perf.md run 624).
-  echo "== gpu tests"
-  "$BUILD"/tests/dsa_gpu_tests > "$OUT/gpu_tests.log" 2>&1
-  grep -E '^\[==========\] .* ran|^\[  (PASSED|FAILED)  \]' "$OUT/gpu_tests.log" | head -20
+  echo "== gpu tests ($SHARDS shards)"
+  if [ "$SHARDS" = 1 ]; then
+    "$BUILD"/tests/dsa_gpu_tests > "$OUT/gpu_tests.log" 2>&1
+    logs=$OUT/gpu_tests.log
+  else
+    for ((i = 0; i < SHARDS; ++i)); do
+      GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i "$BUILD"/tests/dsa_gpu_tests > "$OUT/gpu_tests.$i.log" 2>&1 &
+    done
+    wait
+    logs=$(ls "$OUT"/gpu_tests.*.log)
+  fi
+  # shellcheck disable=SC2086
+  grep -h -E '^\[==========\] .* ran|^\[  (PASSED|FAILED)  \]' $logs | head -20
   echo "== dsa-bench fuzz (CTest bench_fuzz's 200 cases, ~60 s, and bench_fuzz_dense's 500, ~12 s)"
   "$BUILD"/tools/dsa-bench fuzz --cases 200 --seed 20261127 --verbose > "$OUT/fuzz.log" 2>&1
   echo "rc=$? $(grep -E '^FAIL|cases,' "$OUT/fuzz.log" | head -5)"
