@@ -37,11 +37,12 @@ if [ "$NO_TESTS" != 1 ]; then
     "$BUILD"/tests/dsa_gpu_tests > "$OUT/gpu_tests.log" 2>&1
     logs=$OUT/gpu_tests.log
   else
+    logs=
     for ((i = 0; i < SHARDS; ++i)); do
       GTEST_TOTAL_SHARDS=$SHARDS GTEST_SHARD_INDEX=$i "$BUILD"/tests/dsa_gpu_tests > "$OUT/gpu_tests.$i.log" 2>&1 &
+      logs="$logs $OUT/gpu_tests.$i.log"
     done
     wait
-    logs=$(ls "$OUT"/gpu_tests.*.log)
   fi
   # shellcheck disable=SC2086
   grep -h -E '^\[==========\] .* ran|^\[  (PASSED|FAILED)  \]' $logs | head -20
