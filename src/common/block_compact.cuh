@@ -59,6 +59,70 @@ __device__ __forceinline__ int block_compact(const bool (&keep)[kItems], int* co
   return counts[kItems * kWarps];
 }
 
+// A block_compact whose scan every warp does itself: one barrier, not two, and no warp waits on
+// warp 0's serial scan. The counts stay raw in `counts` (kItems * kThreads / 32 ints); the
+// scanned prefixes stay in registers, where `before(k)` reads them. Needs 32 % warps == 0, so
+// that item j's count falls in a round (of 32 counts) known at compile time.
+template <int kCounts>
+struct CompactScan {
+  static constexpr int kRounds = (kCounts + 31) / 32;
+  int total;            // items kept in the block
+  int excl[kRounds];    // lane l, round u: items kept before count u * 32 + l (position order)
+  // Items kept before count k < kCounts (before position 32 k with one warp's 32 items per
+  // count); every lane of the warp calls it with the same k.
+  __device__ __forceinline__ int before(int k) const {
+    int v = excl[0];
+#pragma unroll
+    for (int u = 1; u < kRounds; ++u)
+      if (k / 32 == u) v = excl[u];
+    return __shfl_sync(0xffffffffu, v, k % 32);
+  }
+};
+
+// Item j of thread `tid` stands at position j * kThreads + tid, as in block_compact, and
+// emit(rank, j) runs once per kept item. All threads must call it; the caller syncs before the
+// emitted output is read or `counts` is reused.
+template <int kItems, int kThreads, typename Emit>
+__device__ __forceinline__ CompactScan<kItems * kThreads / 32> block_compact_scan(const bool (&keep)[kItems], int* counts,
+                                                                                  Emit emit) {
+  constexpr int kWarps = kThreads / 32;
+  static_assert(32 % kWarps == 0, "a count's round must be known at compile time");
+  constexpr int kCounts = kItems * kWarps;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  unsigned ballot[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    ballot[j] = __ballot_sync(0xffffffffu, keep[j]);
+    if (lane == 0) counts[j * kWarps + warp] = __popc(ballot[j]);
+  }
+  __syncthreads();
+  CompactScan<kCounts> scan;
+  int base = 0;
+#pragma unroll
+  for (int u = 0; u < CompactScan<kCounts>::kRounds; ++u) {
+    const int k = u * 32 + lane;
+    const int c = k < kCounts ? counts[k] : 0;
+    int incl = c;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += v;
+    }
+    scan.excl[u] = base + incl - c;
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  scan.total = base;
+  const unsigned lanes_below = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    constexpr int kPerRound = 32 / kWarps;  // items j per round of counts
+    const int k = j * kWarps + warp;        // in round j / kPerRound
+    const int start = __shfl_sync(0xffffffffu, scan.excl[j / kPerRound], k % 32);
+    if ((ballot[j] >> lane) & 1u) emit(start + __popc(ballot[j] & lanes_below), j);
+  }
+  return scan;
+}
+
 // Stable compaction into buckets (a counting sort): the kept items come out ordered by bucket,
 // and in position order within a bucket, a cub stable radix sort's order in one pass. Item j
 // of thread (warp, lane) stands at position (warp * kItems + j) * 32 + lane: each warp holds a

@@ -284,7 +284,7 @@ constexpr int kMaxChunk = SparseMlaPlan::kMaxChunk;
 constexpr int kStagedStrideBf16 = kCkvDim + 8;
 constexpr int kIdxPerThread = kMaxChunk / kThreads;      // 16
 static_assert(kQkDim % (16 * kWarps) == 0, "QK dims must split evenly over warps");
-static_assert(kFusedChunkAlign == 32, "block_compact counts valid items per warp ballot (32 positions)");
+static_assert(kFusedChunkAlign == 32, "block_compact_scan counts valid items per warp ballot (32 positions)");
 
 // A gathered row's shared slot: a bf16 row padded to kRowBytes; an fp8_ds_mla row as it is stored,
 // kFp8RowBytes = 41 x 16 bytes (odd, so 8 consecutive slots' 16-byte chunks fall in distinct banks
@@ -913,6 +913,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
   for (int j = 0; j < kIdxPerThread; ++j) valid[j] = names_a_row(my_row[j], p.num_rows);
   int nlisted;  // valid rows among the positions read
+  CompactScan<kIdxPerThread * kWarps> list_scan{};  // position order: valid rows before position 32 k
   if constexpr (kRowOrder) {
     unsigned warp_listed = 0;
 #pragma unroll
@@ -943,7 +944,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
     }
     if (!kTinyList || !tiny_list) {
-      nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+      list_scan = block_compact_scan<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+      nlisted = list_scan.total;
       __syncthreads();  // s_rows complete
     }
   }
@@ -968,11 +970,11 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
       fused = true;
     } else if (!kRowOrder) {
-      // s_offsets[g] = valid rows before position 32 g (block_compact's scan); splits start on
-      // multiples of 32 (kFusedChunkAlign), so this split's rows are one run of s_rows.
-      row0 = s_offsets[pos0 / kFusedChunkAlign];
+      // list_scan.before(g) = valid rows before position 32 g; splits start on multiples of 32
+      // (kFusedChunkAlign), so this split's rows are one run of s_rows.
+      row0 = list_scan.before(pos0 / kFusedChunkAlign);
       const int pos_end = pos0 + npos;
-      nvalid = (pos_end >= p.topk ? nlisted : s_offsets[pos_end / kFusedChunkAlign]) - row0;
+      nvalid = (pos_end >= p.topk ? nlisted : list_scan.before(pos_end / kFusedChunkAlign)) - row0;
     }
   }
   if constexpr (kRowOrder) {
