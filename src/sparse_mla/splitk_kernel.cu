@@ -905,8 +905,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       if (position(j) >= listed_end) my_row[j] = -1;
   }
 
-  int lean_row[kLeanRows] = {0, 0};  // kTinyList: the lean path's rows, in registers
-  bool lean_rows_held = false;       // a tiny list's (below): nlisted <= kLeanRows, lean_row set
+  int lean_row[kLeanRows] = {0, 0};  // kTinyList: the lean path's rows, in registers (a tiny list's set below)
   // 3. Compact the valid indices: in position order (deterministic), or with the plan's row order
   //    by the row's top bits, position order within equal bits (one counting sort).
   bool valid[kIdxPerThread];
@@ -930,7 +929,6 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         const unsigned listed = __ballot_sync(0xffffffffu, names_a_row(r, p.num_rows));
         nlisted = __popc(listed);
         if (nlisted <= kLeanRows) {
-          lean_rows_held = true;
           const unsigned rest = listed & (listed - 1u);  // without the first row
           lean_row[0] = __shfl_sync(0xffffffffu, r, listed != 0u ? __ffs(listed) - 1 : 0);
           lean_row[1] = __shfl_sync(0xffffffffu, r, rest != 0u ? __ffs(rest) - 1 : 0);
@@ -943,7 +941,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         }
       }
     }
-    if (!kTinyList || !tiny_list) {
+    if (!tiny_list) {
       list_scan = block_compact_scan<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
       nlisted = list_scan.total;
       __syncthreads();  // s_rows complete
@@ -1004,7 +1002,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (!split_out && nvalid <= kLeanRows) {
       static_assert(kLeanRows == 2, "one case per row count");
       if constexpr (kTinyList) {
-        if (!lean_rows_held)  // compacted into s_rows
+        if (!tiny_list)  // compacted into s_rows (a tiny list that reaches here held <= kLeanRows rows: set above)
 #pragma unroll
           for (int r = 0; r < kLeanRows; ++r) lean_row[r] = r < nvalid ? rows[r] : 0;
       }
