@@ -191,6 +191,9 @@
 //   v36 329b1e0  tiny lists of 3-32 rows compacted by warp 0 from the count's ballot (one barrier,
 //                not block_compact). v35 had cost such lists +1-3 % (run 628); run 629 against v34:
 //                -5.5 to -9.1 % at T <= 64, -1 to -6 % at T = 1000-2047; hinted 2-valid 3.9 / 3.8.
+//   v37 6aa879d  position-order compaction scanned by every warp (block_compact_scan: one barrier
+//                fewer, the prefixes in registers). Run 631 against v36: T <= 16 plans -0.5 to
+//                -1.9 % (about 0.1-0.2 us), T >= 64 within +-0.6 %.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
