@@ -34,6 +34,18 @@ __device__ __forceinline__ void warp_exclusive_scan(int* counts, int lane) {
   if (lane == 31) counts[kCounts] = incl;
 }
 
+// Each warp's ballot of item j, and its count at counts[j * kWarps + warp] (position order:
+// item j of warp w covers positions (j * kWarps + w) * 32 + lane).
+template <int kItems, int kWarps>
+__device__ __forceinline__ void ballot_counts(const bool (&keep)[kItems], unsigned (&ballot)[kItems], int* counts) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    ballot[j] = __ballot_sync(0xffffffffu, keep[j]);
+    if (lane == 0) counts[j * kWarps + warp] = __popc(ballot[j]);
+  }
+}
+
 // Item j of thread `tid` stands at position j * kThreads + tid. Every kept item gets its rank
 // among the kept ones in position order: emit(rank, j) runs once per kept item. Returns the
 // number kept. `counts` is kItems * kThreads / 32 + 1 ints of shared memory; the call holds two
@@ -44,11 +56,7 @@ __device__ __forceinline__ int block_compact(const bool (&keep)[kItems], int* co
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   unsigned ballot[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    ballot[j] = __ballot_sync(0xffffffffu, keep[j]);
-    if (lane == 0) counts[j * kWarps + warp] = __popc(ballot[j]);
-  }
+  ballot_counts<kItems, kWarps>(keep, ballot, counts);
   __syncthreads();
   if (warp == 0) warp_exclusive_scan<kItems * kWarps>(counts, lane);
   __syncthreads();
@@ -90,11 +98,7 @@ __device__ __forceinline__ CompactScan<kItems * kThreads / 32> block_compact_sca
   constexpr int kCounts = kItems * kWarps;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   unsigned ballot[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    ballot[j] = __ballot_sync(0xffffffffu, keep[j]);
-    if (lane == 0) counts[j * kWarps + warp] = __popc(ballot[j]);
-  }
+  ballot_counts<kItems, kWarps>(keep, ballot, counts);
   __syncthreads();
   CompactScan<kCounts> scan;
   int base = 0;
