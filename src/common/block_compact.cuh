@@ -78,11 +78,13 @@ struct CompactScan {
   int excl[kRounds];    // lane l, round u: items kept before count u * 32 + l (position order)
   // Items kept before count k < kCounts (before position 32 k with one warp's 32 items per
   // count); every lane of the warp calls it with the same k.
+  // The round is picked by masks, not by `if (k / 32 == u) v = excl[u]`: the compiler turned
+  // that into a load from excl[k / 32], which put the struct in local memory (12-byte stack
+  // frames in 13 split-K kernels at 6aa879d).
   __device__ __forceinline__ int before(int k) const {
-    int v = excl[0];
+    int v = 0;
 #pragma unroll
-    for (int u = 1; u < kRounds; ++u)
-      if (k / 32 == u) v = excl[u];
+    for (int u = 0; u < kRounds; ++u) v |= excl[u] & -static_cast<int>(k / 32 == u);
     return __shfl_sync(0xffffffffu, v, k % 32);
   }
 };
