@@ -908,7 +908,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       if (position(j) >= listed_end) my_row[j] = -1;
   }
 
-  int lean_row[kLeanRows] = {0, 0};  // kTinyList: the lean path's rows, in registers (a tiny list's set below)
+  int lean_row[kLeanRows] = {0, 0};  // kTinyList: the lean path's rows, in registers
+  bool lean_rows_held = false;       // a tiny list's (below): nlisted <= kLeanRows, lean_row set
   // 3. Compact the valid indices: in position order (deterministic), or with the plan's row order
   //    by the row's top bits, position order within equal bits (one counting sort).
   bool valid[kIdxPerThread];
@@ -932,6 +933,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
         const unsigned listed = __ballot_sync(0xffffffffu, names_a_row(r, p.num_rows));
         nlisted = __popc(listed);
         if (nlisted <= kLeanRows) {
+          lean_rows_held = true;
           const unsigned rest = listed & (listed - 1u);  // without the first row
           lean_row[0] = __shfl_sync(0xffffffffu, r, listed != 0u ? __ffs(listed) - 1 : 0);
           lean_row[1] = __shfl_sync(0xffffffffu, r, rest != 0u ? __ffs(rest) - 1 : 0);
@@ -945,8 +947,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
     }
     if (!tiny_list) {
-      list_scan = block_compact_scan<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
-      nlisted = list_scan.total;
+      // The tiny instance keeps block_compact (its scan in s_offsets) and lean_rows_held: with
+      // block_compact_scan and the flag derived from tiny_list its lists of 2 rows ran ~0.1 us
+      // slower, the hinted 2-valid token 3.9 -> 4.0 (runs 633, 635). Its SASS is v36's.
+      if constexpr (kTinyList) {
+        nlisted = block_compact<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+      } else {
+        list_scan = block_compact_scan<kIdxPerThread, kThreads>(valid, s_offsets, [&](int rank, int j) { s_rows[rank] = my_row[j]; });
+        nlisted = list_scan.total;
+      }
       __syncthreads();  // s_rows complete
     }
   }
@@ -971,11 +980,12 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
       }
       fused = true;
     } else if (!kRowOrder) {
-      // list_scan.before(g) = valid rows before position 32 g; splits start on multiples of 32
-      // (kFusedChunkAlign), so this split's rows are one run of s_rows.
-      row0 = list_scan.before(pos0 / kFusedChunkAlign);
+      // list_scan.before(g) (the tiny instance: s_offsets[g]) = valid rows before position 32 g;
+      // splits start on multiples of 32 (kFusedChunkAlign), so this split's rows are one run of
+      // s_rows.
+      row0 = kTinyList ? s_offsets[pos0 / kFusedChunkAlign] : list_scan.before(pos0 / kFusedChunkAlign);
       const int pos_end = pos0 + npos;
-      nvalid = (pos_end >= p.topk ? nlisted : list_scan.before(pos_end / kFusedChunkAlign)) - row0;
+      nvalid = (pos_end >= p.topk ? nlisted : kTinyList ? s_offsets[pos_end / kFusedChunkAlign] : list_scan.before(pos_end / kFusedChunkAlign)) - row0;
     }
   }
   if constexpr (kRowOrder) {
@@ -1005,7 +1015,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (!split_out && nvalid <= kLeanRows) {
       static_assert(kLeanRows == 2, "one case per row count");
       if constexpr (kTinyList) {
-        if (!tiny_list)  // compacted into s_rows (a tiny list that reaches here held <= kLeanRows rows: set above)
+        if (!lean_rows_held)  // compacted into s_rows (a tiny list that reaches here held <= kLeanRows rows: set above)
 #pragma unroll
           for (int r = 0; r < kLeanRows; ++r) lean_row[r] = r < nvalid ? rows[r] : 0;
       }
