@@ -79,7 +79,7 @@ struct CompactScan {
   // Items kept before count k < kCounts (before position 32 k with one warp's 32 items per
   // count); every lane of the warp calls it with the same k.
   // The round is picked by masks, not by `if (k / 32 == u) v = excl[u]`: the compiler turned
-  // that into a load from excl[k / 32], which put the struct in local memory (12-byte stack
+  // that into a load from excl[k / 32], which put the struct in local memory (16-byte stack
   // frames in 13 split-K kernels at 6aa879d).
   __device__ __forceinline__ int before(int k) const {
     int v = 0;
