@@ -194,7 +194,7 @@
 //   v37 6aa879d  position-order compaction scanned by every warp (block_compact_scan: one barrier
 //                fewer, the prefixes in registers). Run 631 against v36: T <= 16 plans -0.5 to
 //                -1.9 % (about 0.1-0.2 us), T >= 64 within +-0.6 %.
-//   v38 90448a5  CompactScan::before by masks (v37's had put the struct in local memory, 12-byte
+//   v38 90448a5  CompactScan::before by masks (v37's had put the struct in local memory, 16-byte
 //                stack frames); the tiny instance back to v36's code, whose 2-row lists v37 had
 //                made ~0.1 us slower (runs 633-635). Small T vs v37 -1.1 to +1.0 %.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
