@@ -1022,8 +1022,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
 #pragma unroll
           for (int r = 0; r < kLeanRows; ++r) lean_row[r] = r < nvalid ? rows[r] : 0;
       }
-      // kTinyList: the rows in registers. The other instances read s_rows as before (their SASS
-      // is df0bd64's, byte for byte).
+      // kTinyList: the rows in registers. The other instances read s_rows, as they did before
+      // the tiny instance existed (df0bd64).
       const int* lean_rows = kTinyList ? lean_row : rows;
       if (nvalid == 0)
         lean_rows_forward<0, kFp8>(p, lean_rows, t, h0, s_scratch, mark);
