@@ -39,6 +39,19 @@ __device__ __forceinline__ void cp_async_16_l2_128b_if(bool pred, uint32_t dst, 
                "l"(src), "r"(src_bytes), "r"(static_cast<int>(pred)));
 }
 
+// 16 bytes from global memory into registers through L2 only (.cg), asking L2 for the whole
+// 128-byte line (.L2::128B) as cp_async_16_l2_128b does, where `pred` holds; zeros otherwise.
+// Predicated, not selected after the load: a select waits for the data right there.
+__device__ __forceinline__ uint4 ld_cg_l2_128b_v4_or_zero(bool pred, const void* src) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @p ld.global.cg.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(src), "r"(static_cast<int>(pred)));
+  return v;
+}
+
 // base[i] through the non-coherent path, or `fallback` where base is null: one predicated load
 // the compiler cannot split into a branch, so nothing waits for it before its value's first use.
 __device__ __forceinline__ int ld_nc_s32_or(const int32_t* base, int64_t i, int fallback) {
