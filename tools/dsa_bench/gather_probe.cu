@@ -135,7 +135,7 @@ std::vector<int> sorted_random_lists(int num_tokens, int num_rows) {
 
 }  // namespace
 
-int run_gather_probe(int num_tokens) {
+int run_gather_probe(int num_tokens, int reps) {
   int device = 0, sm_count = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -172,8 +172,8 @@ int run_gather_probe(int num_tokens) {
   DSA_CUDA_CHECK(cudaEventCreate(&stop));
   const double bytes = double{1152} * kTopk * num_tokens;
   std::printf("gathered rows into shared memory: a CTA of %d threads per token, its %d rows in row order, no math; L2 flushed,\n"
-              "then one untimed call (the rows that fit stay in L2), then the timed one; median of 12, events; %d SMs\n",
-              kThreads, kTopk, sm_count);
+              "then one untimed call (the rows that fit stay in L2), then the timed one; median of %d after 3, events; %d SMs\n",
+              kThreads, kTopk, reps, sm_count);
   for (const int pages : page_counts) {
     const std::vector<int> lists = sorted_random_lists(num_tokens, pages * 64);
     DSA_CUDA_CHECK(cudaMemcpy(indices, lists.data(), sizeof(int) * lists.size(), cudaMemcpyHostToDevice));
@@ -183,7 +183,7 @@ int run_gather_probe(int num_tokens) {
       int per_sm = 0;
       DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, kThreads, c.smem));
       std::vector<float> ms;
-      for (int rep = 0; rep < 15; ++rep) {
+      for (int rep = 0; rep < reps + 3; ++rep) {
         DSA_CUDA_CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
         c.kernel<<<num_tokens, kThreads, c.smem>>>(ckv, kpe, indices, sink);
         DSA_CUDA_CHECK(cudaEventRecord(start));

@@ -5,6 +5,6 @@
 namespace dsa::bench {
 
 // Prints one line per (cache, path); returns the process exit code.
-int run_gather_probe(int num_tokens);
+int run_gather_probe(int num_tokens, int reps);
 
 }  // namespace dsa::bench
