@@ -9,8 +9,9 @@
 // H100 (runs 643, 646-647): cp.async moves ~37 GB/s per SM from L2 however it is issued, a tile
 // loaded by ld.global into registers and stored by st.shared ~62 (the row-order floor's rate,
 // whose loads go to registers too); from the 8462-page cache 29 against 35. Mixing the paths in
-// one tile (half of each row either way) gains little (43 from L2, 31 from DRAM), and a whole
-// 32-row tile in registers is 72 registers per thread that split-K's 205 cannot add.
+// one tile (half of each row either way) gains little (43 from L2, 31 from DRAM) and inside
+// split-K lost 15-18 % (runs 645, 651-652: the st.shared load the MIO pipe its math waits on);
+// a whole 32-row tile in registers is 72 registers per thread that split-K's 205 cannot add.
 #include "gather_probe.h"
 
 #include <algorithm>
