@@ -1177,10 +1177,9 @@ int main(int argc, char** argv) {
   fuzz->add_flag("--verbose", fuzz_o.verbose, "a line per case");
   fuzz->add_flag("--list", fuzz_o.list, "print the cases and their plans on a described H100 (needs --seed); run nothing");
   CLI::App* wgmma = app.add_subcommand("wgmma", "the tensor cores' rate for the shared-rows kernels' wgmma shapes, alone and mixed");
-  int gather_tokens = 1024;
+  int gather_tokens = 1024, gather_reps = 12;
   CLI::App* gather = app.add_subcommand("gather-paths", "how fast a CTA shaped like split-K's moves gathered rows into shared memory: "
                                                         "by cp.async, by plain loads through registers, or both");
-  int gather_reps = 12;
   gather->add_option("-T,--tokens", gather_tokens, "tokens (one CTA each, 2048 rows)")->check(CLI::Range(1, 1 << 16));
   gather->add_option("--reps", gather_reps, "timed calls per path (after 3 untimed)")->check(CLI::Range(1, 1000));
   bool plan_grid_summary = false;
