@@ -17,13 +17,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include <cuda_runtime.h>
 
 #include "common/cuda_check.h"
 #include "common/ptx.cuh"
+#include "timing.h"
+#include "workload.h"
 
 namespace dsa::bench {
 namespace {
@@ -116,21 +117,13 @@ __global__ void __launch_bounds__(kThreads) gather_probe_kernel(const uint4* __r
   if (threadIdx.x == 0 && smem[5] == 0x7f && smem[kSlot + 9] == 0x11) sink[0] = 1;  // keeps the copies live
 }
 
-// Each token's 2048 distinct rows of [0, num_rows), sorted (split-K's row order sorts them too).
-std::vector<int> sorted_random_lists(int num_tokens, int num_rows) {
-  std::vector<int> lists(static_cast<size_t>(num_tokens) * kTopk);
-  std::vector<uint8_t> taken(num_rows);
-  std::mt19937 rng(20261128);
-  std::uniform_int_distribution<int> pick(0, num_rows - 1);
-  for (int t = 0; t < num_tokens; ++t) {
-    int* list = lists.data() + static_cast<size_t>(t) * kTopk;
-    for (int n = 0; n < kTopk;) {
-      const int r = pick(rng);
-      if (!taken[r]) taken[r] = 1, list[n++] = r;
-    }
-    for (int n = 0; n < kTopk; ++n) taken[list[n]] = 0;
-    std::sort(list, list + kTopk);
-  }
+// Each token's 2048 distinct random rows (the benchmark's `random` pattern), sorted as split-K's
+// row order sorts them.
+std::vector<int32_t> sorted_random_lists(int num_tokens, int num_pages) {
+  workload::IndexSpec spec;
+  spec.num_tokens = num_tokens, spec.topk = kTopk, spec.page_size = 64, spec.num_pages = num_pages;
+  std::vector<int32_t> lists = workload::make_indices(spec, 20261128);
+  for (int t = 0; t < num_tokens; ++t) std::sort(lists.begin() + int64_t{t} * kTopk, lists.begin() + int64_t{t + 1} * kTopk);
   return lists;
 }
 
@@ -157,54 +150,38 @@ int run_gather_probe(int num_tokens, int reps) {
   };
   const int page_counts[] = {50, 8462};  // 3.7 MB (L2-resident) and the benchmark's 555 MB cache
   const int max_rows = 8462 * 64;
-  uint4 *ckv = nullptr, *kpe = nullptr, *flush = nullptr;
+  uint4 *ckv = nullptr, *kpe = nullptr;
   int* indices = nullptr;
   unsigned* sink = nullptr;
-  const size_t flush_bytes = size_t{256} << 20;
   DSA_CUDA_CHECK(cudaMalloc(&ckv, size_t{max_rows} * kCkvVecs * 16));
   DSA_CUDA_CHECK(cudaMalloc(&kpe, size_t{max_rows} * kKpeVecs * 16));
   DSA_CUDA_CHECK(cudaMemset(ckv, 1, size_t{max_rows} * kCkvVecs * 16));
   DSA_CUDA_CHECK(cudaMemset(kpe, 2, size_t{max_rows} * kKpeVecs * 16));
-  DSA_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
   DSA_CUDA_CHECK(cudaMalloc(&indices, sizeof(int) * kTopk * num_tokens));
   DSA_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
-  cudaEvent_t start, stop;
-  DSA_CUDA_CHECK(cudaEventCreate(&start));
-  DSA_CUDA_CHECK(cudaEventCreate(&stop));
+  KernelTimer timer(nullptr, /*flush_l2=*/true);
   const double bytes = double{1152} * kTopk * num_tokens;
   std::printf("gathered rows into shared memory: a CTA of %d threads per token, its %d rows in row order, no math; L2 flushed,\n"
-              "then one untimed call (the rows that fit stay in L2), then the timed one; median of %d after 3, events; %d SMs\n",
+              "then one untimed call (the rows that fit stay in L2), then the timed one; CUPTI kernel span, median of %d; %d SMs\n",
               kThreads, kTopk, reps, sm_count);
   for (const int pages : page_counts) {
-    const std::vector<int> lists = sorted_random_lists(num_tokens, pages * 64);
+    const std::vector<int32_t> lists = sorted_random_lists(num_tokens, pages);
     DSA_CUDA_CHECK(cudaMemcpy(indices, lists.data(), sizeof(int) * lists.size(), cudaMemcpyHostToDevice));
     std::printf("T = %d over %d pages of 64 rows (%.1f MB)\n", num_tokens, pages, pages * 64 * 1152 / 1e6);
     for (const Case& c : cases) {
       DSA_CUDA_CHECK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, c.smem));
       int per_sm = 0;
       DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, kThreads, c.smem));
-      std::vector<float> ms;
-      for (int rep = 0; rep < reps + 3; ++rep) {
-        DSA_CUDA_CHECK(cudaMemsetAsync(flush, rep, flush_bytes));
-        c.kernel<<<num_tokens, kThreads, c.smem>>>(ckv, kpe, indices, sink);
-        DSA_CUDA_CHECK(cudaEventRecord(start));
-        c.kernel<<<num_tokens, kThreads, c.smem>>>(ckv, kpe, indices, sink);
-        DSA_CUDA_CHECK(cudaEventRecord(stop));
-        DSA_CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0.f;
-        DSA_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        if (rep >= 3) ms.push_back(t);
-      }
+      const auto call = [&] { c.kernel<<<num_tokens, kThreads, c.smem>>>(ckv, kpe, indices, sink); };
+      timer.set_after_flush(call, 1);
+      const double us = timer.time(Timer::cupti, call, 1, reps, 3).median_us;
       DSA_CUDA_CHECK(cudaGetLastError());
-      std::sort(ms.begin(), ms.end());
-      const double t = ms[ms.size() / 2];
-      std::printf("  %-46s %d CTAs/SM %9.1f us %7.0f GB/s %6.1f GB/s per SM\n", c.name, per_sm, t * 1e3, bytes / t / 1e6,
-                  bytes / t / 1e6 / sm_count);
+      const double gbs = bytes / us / 1e3;
+      std::printf("  %-46s %d CTAs/SM %9.1f us %7.0f GB/s %6.1f GB/s per SM\n", c.name, per_sm, us, gbs, gbs / sm_count);
     }
   }
   DSA_CUDA_CHECK(cudaFree(ckv));
   DSA_CUDA_CHECK(cudaFree(kpe));
-  DSA_CUDA_CHECK(cudaFree(flush));
   DSA_CUDA_CHECK(cudaFree(indices));
   DSA_CUDA_CHECK(cudaFree(sink));
   return 0;
