@@ -129,7 +129,8 @@ std::vector<int32_t> sorted_random_lists(int num_tokens, int num_pages) {
 
 }  // namespace
 
-int run_gather_probe(int num_tokens, int reps) {
+int run_gather_probe(int num_tokens, int reps, const std::string& timer_name) {
+  const Timer timer_kind = parse_timer(timer_name);
   int device = 0, sm_count = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -162,8 +163,11 @@ int run_gather_probe(int num_tokens, int reps) {
   KernelTimer timer(nullptr, /*flush_l2=*/true);
   const double bytes = double{1152} * kTopk * num_tokens;
   std::printf("gathered rows into shared memory: a CTA of %d threads per token, its %d rows in row order, no math; L2 flushed,\n"
-              "then one untimed call (the rows that fit stay in L2), then the timed one; CUPTI kernel span, median of %d; %d SMs\n",
-              kThreads, kTopk, reps, sm_count);
+              "%s; median of %d; %d SMs\n",
+              kThreads, kTopk,
+              timer_kind == Timer::cupti ? "then one untimed call (the rows that fit stay in L2), then the timed one; CUPTI kernel span"
+                                         : "events, no untimed call",
+              reps, sm_count);
   for (const int pages : page_counts) {
     const std::vector<int32_t> lists = sorted_random_lists(num_tokens, pages);
     DSA_CUDA_CHECK(cudaMemcpy(indices, lists.data(), sizeof(int) * lists.size(), cudaMemcpyHostToDevice));
@@ -173,8 +177,8 @@ int run_gather_probe(int num_tokens, int reps) {
       int per_sm = 0;
       DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, kThreads, c.smem));
       const auto call = [&] { c.kernel<<<num_tokens, kThreads, c.smem>>>(ckv, kpe, indices, sink); };
-      timer.set_after_flush(call, 1);
-      const double us = timer.time(Timer::cupti, call, 1, reps, 3).median_us;
+      if (timer_kind == Timer::cupti) timer.set_after_flush(call, 1);
+      const double us = timer.time(timer_kind, call, 1, reps, 3).median_us;
       DSA_CUDA_CHECK(cudaGetLastError());
       const double gbs = bytes / us / 1e3;
       std::printf("  %-46s %d CTAs/SM %9.1f us %7.0f GB/s %6.1f GB/s per SM\n", c.name, per_sm, us, gbs, gbs / sm_count);

@@ -1178,10 +1178,13 @@ int main(int argc, char** argv) {
   fuzz->add_flag("--list", fuzz_o.list, "print the cases and their plans on a described H100 (needs --seed); run nothing");
   CLI::App* wgmma = app.add_subcommand("wgmma", "the tensor cores' rate for the shared-rows kernels' wgmma shapes, alone and mixed");
   int gather_tokens = 1024, gather_reps = 12;
+  std::string gather_timer = "cupti";
   CLI::App* gather = app.add_subcommand("gather-paths", "how fast a CTA shaped like split-K's moves gathered rows into shared memory: "
                                                         "by cp.async, by plain loads through registers, or both");
   gather->add_option("-T,--tokens", gather_tokens, "tokens (one CTA each, 2048 rows)")->check(CLI::Range(1, 1 << 16));
   gather->add_option("--reps", gather_reps, "timed calls per path (after 3 untimed)")->check(CLI::Range(1, 1000));
+  gather->add_option("--timer", gather_timer, "cupti (kernel span), or events for compute-sanitizer (which cannot share CUPTI)")
+      ->check(CLI::IsMember({"cupti", "events"}));
   bool plan_grid_summary = false;
   CLI::App* plan_grid = app.add_subcommand("plan-grid", "the planner's plan for every shape of a fixed grid, then a hash: two builds that print the same hash plan alike");
   plan_grid->add_flag("--summary", plan_grid_summary, "print only the count and the hash");
@@ -1192,7 +1195,7 @@ int main(int argc, char** argv) {
     if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*wgmma) return dsa::bench::run_wgmma_probe();
-    if (*gather) return dsa::bench::run_gather_probe(gather_tokens, gather_reps);
+    if (*gather) return dsa::bench::run_gather_probe(gather_tokens, gather_reps, gather_timer);
     if (*fuzz) return dsa::bench::run_fuzz(fuzz_o);
     if (*plan_grid) return dsa::bench::run_plan_grid(plan_grid_summary);
     if (*inspect) {
