@@ -52,6 +52,27 @@ __device__ __forceinline__ uint4 ld_cg_l2_128b_v4_or_zero(bool pred, const void*
   return v;
 }
 
+// 16 bytes into registers where `pred` holds, zeros otherwise: through L1's non-coherent path
+// (ld.global.nc), or kL2Only through L2 alone (ld.global.cg). Predicated, so no branch or select
+// waits for the data before its first use.
+template <bool kL2Only>
+__device__ __forceinline__ uint4 ld_v4_or_zero(bool pred, const void* src) {
+  uint4 v;
+  if constexpr (kL2Only)
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @p ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(src), "r"(static_cast<int>(pred)));
+  else
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+        " @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(src), "r"(static_cast<int>(pred)));
+  return v;
+}
+
 // base[i] through the non-coherent path, or `fallback` where base is null: one predicated load
 // the compiler cannot split into a branch, so nothing waits for it before its value's first use.
 __device__ __forceinline__ int ld_nc_s32_or(const int32_t* base, int64_t i, int fallback) {

@@ -26,10 +26,8 @@ __device__ __forceinline__ uint4 load_16(const uint4* p) {
   return __ldg(p);
 }
 
-// One warp reads one row: bf16, two ckv vectors per lane (1024 B) and lanes 0-7 one kpe vector
-// (128 B); fp8_ds_mla, one vector per lane and lanes 0-8 one more (656 B). Returns a value that
-// depends on every load.
-template <bool kL2Only = false>
+// One warp reads one row (the layouts below, xor_rows). Returns a value that depends on every load.
+template <bool kL2Only>
 __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, int lane) {
   if (cache.fp8_row_bytes > 0) {
     const uint4* c = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(row) * cache.fp8_row_bytes);
@@ -51,30 +49,72 @@ __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, in
   return acc;
 }
 
+// Blocks per SM a floor kernel is compiled for: the loop shape with rows in flight holds 4 rows
+// x 12 registers of loaded data per thread and is capped at 64 registers, so that 4 blocks fit
+// an SM (T = 8 x 64 blocks of the per-token floor resident at once; that kernel, whose merge
+// takes a run-time split count, spills 8 bytes at the cap).
+template <int kRowsInFlight>
+constexpr int kFloorMinBlocks = kRowsInFlight > 1 ? 4 : 1;
+
+// The XOR of every 16-byte vector of rows row_at(k), k in [begin, end) (skipped where the row is
+// not in [0, num_rows)), read by a block's warps: warp w takes k = begin + w + 8 j, kRowsInFlight
+// rows at a time, each batch's lookups first, then every load of the batch, then their values.
+// One row at a time is the loop of shared/peers/gather_bw.cu: small in registers, so that a
+// large T's blocks are all resident, but a memory round trip per row of a warp (4 for a 32-row
+// chunk), a latency chain at small T. bf16: lanes take two ckv vectors each (1024 B) and lanes
+// 0-7 a kpe vector (128 B); fp8_ds_mla: one vector per lane and lanes 0-8 one more (656 B).
+template <bool kL2Only, int kRowsInFlight, class RowAt>
+__device__ __forceinline__ unsigned xor_rows(const CacheRows& cache, int begin, int end, int num_rows, RowAt row_at) {
+  constexpr int kWarps = kProbeThreads / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  unsigned acc = 0;
+  if constexpr (kRowsInFlight == 1) {
+    for (int k = begin + warp; k < end; k += kWarps) {
+      const int r = row_at(k);
+      if (detail::names_a_row(r, num_rows)) acc ^= load_row<kL2Only>(cache, r, lane);
+    }
+    return acc;
+  }
+  const bool fp8 = cache.fp8_row_bytes > 0;
+  for (int k0 = begin + warp; k0 < end; k0 += kWarps * kRowsInFlight) {
+    const int k = k0 + kWarps * lane;  // lane j < kRowsInFlight looks up the warp's row j
+    const int mine = lane < kRowsInFlight && k < end ? row_at(k) : -1;
+    uint4 v[kRowsInFlight][3];
+#pragma unroll
+    for (int j = 0; j < kRowsInFlight; ++j) {
+      const int r = __shfl_sync(~0u, mine, j);
+      const bool ok = detail::names_a_row(r, num_rows);
+      const uint8_t* base = static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(ok ? r : 0) * (fp8 ? cache.fp8_row_bytes : 1024);
+      const uint4* c = reinterpret_cast<const uint4*>(base);
+      v[j][0] = ptx::ld_v4_or_zero<kL2Only>(ok, c + lane);
+      v[j][1] = ptx::ld_v4_or_zero<kL2Only>(ok && (!fp8 || lane < kFp8RowBytes / 16 - 32), c + 32 + lane);
+      const uint4* p = fp8 ? c : static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(ok ? r : 0) * 8 + lane;
+      v[j][2] = ptx::ld_v4_or_zero<kL2Only>(ok && !fp8 && lane < 8, p);
+    }
+#pragma unroll
+    for (int j = 0; j < kRowsInFlight; ++j)
+#pragma unroll
+      for (int u = 0; u < 3; ++u) acc ^= v[j][u].x ^ v[j][u].y ^ v[j][u].z ^ v[j][u].w;
+  }
+  return acc;
+}
+
 // Block b reads the rows of token b / splits listed in its chunk of index positions (chunk
-// b % splits of ceil(topk / splits)), one warp per row: 64 lanes-worth of ckv vectors (two per
-// lane) and 8 of kpe. Returns a value that depends on every load.
-template <bool kL2Only = false>
+// b % splits of ceil(topk / splits)). Returns a value that depends on every load.
+template <bool kL2Only, int kRowsInFlight>
 __device__ __forceinline__ unsigned gather_block_rows(const CacheRows cache, const int32_t* __restrict__ indices, int topk, int num_rows,
                                                       int splits) {
   const int t = blockIdx.x / splits, s = blockIdx.x % splits;
   const int chunk = (topk + splits - 1) / splits;
   const int begin = s * chunk, end = min(topk, begin + chunk);
   const int32_t* idx = indices + static_cast<int64_t>(t) * topk;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  unsigned acc = 0;
-  for (int k = begin + warp; k < end; k += kProbeThreads / 32) {
-    const int r = __ldg(idx + k);
-    if (!detail::names_a_row(r, num_rows)) continue;
-    acc ^= load_row<kL2Only>(cache, r, lane);
-  }
-  return acc;
+  return xor_rows<kL2Only, kRowsInFlight>(cache, begin, end, num_rows, [&](int k) { return __ldg(idx + k); });
 }
 
-template <bool kL2Only>
-__global__ void __launch_bounds__(kProbeThreads) gather_rows_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
+template <bool kL2Only, int kRowsInFlight>
+__global__ void __launch_bounds__(kProbeThreads, kFloorMinBlocks<kRowsInFlight>) gather_rows_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
                                                                     int topk, int num_rows, int splits, unsigned* sink) {
-  const unsigned acc = gather_block_rows<kL2Only>(cache, indices, topk, num_rows, splits);
+  const unsigned acc = gather_block_rows<kL2Only, kRowsInFlight>(cache, indices, topk, num_rows, splits);
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
 }
 
@@ -135,19 +175,18 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
     const int i = u * kMergeThreads + threadIdx.x;
     raw[u] = __ldcg(tok + static_cast<int64_t>(i / per) * kPartialVec4 + i % per);
   }
-  float4 x[kMergeLoads];  // widened after every load is issued, as the kernels' combine does
-#pragma unroll
-  for (int u = 0; u < kMergeLoads; ++u) x[u] = detail::widen_partial4(raw[u]);
   float l = 0.f;  // the lse of every split and head, as a merge needs them
   for (int i = threadIdx.x; i < kProbeHeads * n; i += kMergeThreads) l += __ldcg(lse + b0 * kProbeHeads + i);
   float4 sum[kMaxMergeOwn];
 #pragma unroll
   for (int q = 0; q < kMaxMergeOwn; ++q) sum[q] = make_float4(l, 0.f, 0.f, 0.f);
 #pragma unroll
-  for (int u = 0; u < kMergeLoads; ++u)
+  for (int u = 0; u < kMergeLoads; ++u) {  // widened after every load is issued, as the kernels' combine does
+    const float4 x = detail::widen_partial4(raw[u]);
 #pragma unroll
     for (int q = 0; q < kMaxMergeOwn; ++q)
-      if (u % own == q) sum[q].x += x[u].x, sum[q].y += x[u].y, sum[q].z += x[u].z, sum[q].w += x[u].w;
+      if (u % own == q) sum[q].x += x.x, sum[q].y += x.y, sum[q].z += x.z, sum[q].w += x.w;
+  }
   if (groups > 1) {  // threads tid, tid + per, ... hold parts of output float4 tid % per
     s_part[threadIdx.x] = sum[0];
     __syncthreads();
@@ -166,14 +205,14 @@ __device__ __forceinline__ void merge_split_outputs(float v, int t, int s, int n
 
 // The output floor with every token split the same way: block b is split b % kSplits of token
 // b / kSplits, reading its chunk of index positions as the gather floor does.
-template <int kSplits>
-__global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
+template <int kSplits, int kRowsInFlight>
+__global__ void __launch_bounds__(kMergeThreads, kFloorMinBlocks<kRowsInFlight>) gather_merge_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
                                                                      int topk, int num_rows,
                                                                      float* partials, unsigned* arrivals, unsigned target,
                                                                      uint4* out, unsigned* sink) {
   __shared__ float4 s_part[kSplits > 8 ? kMergeThreads : 1];
   const int t = blockIdx.x / kSplits, s = blockIdx.x % kSplits;
-  const unsigned acc = gather_block_rows(cache, indices, topk, num_rows, kSplits);
+  const unsigned acc = gather_block_rows<false, kRowsInFlight>(cache, indices, topk, num_rows, kSplits);
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
   merge_split_outputs(v, t, s, kSplits, blockIdx.x, static_cast<int64_t>(t) * kSplits, gridDim.x, partials, arrivals, target, out,
                       sink, s_part);
@@ -188,14 +227,14 @@ __global__ void __launch_bounds__(kMergeThreads) gather_merge_kernel(const Cache
 // split writes its output unmerged.
 constexpr int kQVec4 = kProbeHeads * 576 / 8;                  // 1152
 constexpr int kListPerThread = 2048 / kMergeThreads;           // 8: topk <= 2048
-__global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const CacheRows cache, const uint4* __restrict__ q, const int32_t* __restrict__ indices,
+template <int kRowsInFlight>
+__global__ void __launch_bounds__(kMergeThreads, kFloorMinBlocks<kRowsInFlight>) split_by_rows_kernel(const CacheRows cache, const uint4* __restrict__ q, const int32_t* __restrict__ indices,
                                                                       int topk, int num_rows, int rows_per_split, float* partials,
                                                                       unsigned* arrivals, unsigned calls, uint4* out, unsigned* sink) {
   constexpr int kWarps = kMergeThreads / 32;
   __shared__ int s_rows[2048];
   __shared__ int s_counts[kListPerThread * kWarps + 1];
   __shared__ float4 s_part[kMergeThreads];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int t = blockIdx.x / kMaxRowSplits, s = blockIdx.x % kMaxRowSplits;
   const int32_t* idx = indices + static_cast<int64_t>(t) * topk;
   int r[kListPerThread];
@@ -220,9 +259,7 @@ __global__ void __launch_bounds__(kMergeThreads) split_by_rows_kernel(const Cach
   while (n < kMaxRowSplits && n * rows_per_split < m) n *= 2;
   if (s >= n) return;
   const int begin = s * m / n, end = (s + 1) * m / n;
-  for (int k = begin + warp; k < end; k += kWarps) {
-    acc ^= load_row(cache, s_rows[k], lane);
-  }
+  acc ^= xor_rows<false, kRowsInFlight>(cache, begin, end, num_rows, [&](int k) { return s_rows[k]; });
   const float v = static_cast<float>(acc & 0xffu);  // every store below waits for every load
   merge_split_outputs(v, t, s, n, blockIdx.x, static_cast<int64_t>(t) * kMaxRowSplits, gridDim.x, partials, arrivals,
                       calls * unsigned(n), out, sink, s_part);
@@ -298,16 +335,28 @@ void launch_fill_normal_fp16(uint16_t* dst, size_t n, float scale, uint64_t seed
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
+// The kernel of a floor's loop shape: rows_in_flight must be one of kFloorRowsInFlight.
+template <class Kernel>
+Kernel by_rows_in_flight(int rows_in_flight, Kernel one, Kernel many, const char* who) {
+  if (rows_in_flight == 1) return one;
+  if (rows_in_flight == kFloorRowsInFlight[1]) return many;
+  throw Error(std::string(who) + ": rows_in_flight must be 1 or " + std::to_string(kFloorRowsInFlight[1]) + ", got " +
+              std::to_string(rows_in_flight));
+}
+
 void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
-                        unsigned* sink, cudaStream_t stream, bool l2_only) {
-  (l2_only ? gather_rows_kernel<true> : gather_rows_kernel<false>)<<<num_tokens * splits, kProbeThreads, 0, stream>>>(
-      cache, indices, topk, num_rows, splits, sink);
+                        unsigned* sink, cudaStream_t stream, bool l2_only, int rows_in_flight) {
+  constexpr int kMany = kFloorRowsInFlight[1];
+  const auto kernel = l2_only ? by_rows_in_flight(rows_in_flight, gather_rows_kernel<true, 1>, gather_rows_kernel<true, kMany>, __func__)
+                              : by_rows_in_flight(rows_in_flight, gather_rows_kernel<false, 1>, gather_rows_kernel<false, kMany>, __func__);
+  kernel<<<num_tokens * splits, kProbeThreads, 0, stream>>>(cache, indices, topk, num_rows, splits, sink);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
-int max_merge_blocks(int sm_count) {
+int max_merge_blocks(int sm_count, int rows_in_flight) {
   int per_sm = 0;  // every instance has the same footprint but the shared partial sums
-  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gather_merge_kernel<64>, kMergeThreads, 0));
+  const auto kernel = by_rows_in_flight(rows_in_flight, gather_merge_kernel<64, 1>, gather_merge_kernel<64, kFloorRowsInFlight[1]>, __func__);
+  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMergeThreads, 0));
   return per_sm * sm_count;
 }
 
@@ -317,22 +366,27 @@ size_t merge_partials_bytes(int num_tokens, int splits) {
 
 void launch_gather_merge(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk,
                          int num_rows, int splits, float* partials, unsigned* arrivals, unsigned target, uint16_t* out,
-                         unsigned* sink, cudaStream_t stream) {
+                         unsigned* sink, cudaStream_t stream, int rows_in_flight) {
   auto* o = reinterpret_cast<uint4*>(out);
   const dim3 grid(static_cast<unsigned>(num_tokens * splits)), block(kMergeThreads);
+  constexpr int kMany = kFloorRowsInFlight[1];
   switch (splits) {
-#define DSA_MERGE_CASE(S) \
-    case S: gather_merge_kernel<S><<<grid, block, 0, stream>>>(cache, indices, topk, num_rows, partials, arrivals, target, o, sink); break;
-    DSA_MERGE_CASE(1) DSA_MERGE_CASE(2) DSA_MERGE_CASE(4) DSA_MERGE_CASE(8) DSA_MERGE_CASE(16) DSA_MERGE_CASE(32) DSA_MERGE_CASE(64)
+#define DSA_MERGE_CASE(S)                                                                                              \
+    case S:                                                                                                          \
+      by_rows_in_flight(rows_in_flight, gather_merge_kernel<S, 1>, gather_merge_kernel<S, kMany>, __func__)          \
+          <<<grid, block, 0, stream>>>(cache, indices, topk, num_rows, partials, arrivals, target, o, sink);          \
+      break;
+    DSA_MERGE_CASE(1) DSA_MERGE_CASE(2) DSA_MERGE_CASE(4) DSA_MERGE_CASE(8) DSA_MERGE_CASE(16) DSA_MERGE_CASE(32) DSA_MERGE_CASE(64) DSA_MERGE_CASE(128)
 #undef DSA_MERGE_CASE
-    default: throw Error("launch_gather_merge: splits must be a power of 2 in [1, 64], got " + std::to_string(splits));
+    default: throw Error("launch_gather_merge: splits must be a power of 2 in [1, 128], got " + std::to_string(splits));
   }
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 
-int max_split_by_rows_blocks(int sm_count) {
+int max_split_by_rows_blocks(int sm_count, int rows_in_flight) {
   int per_sm = 0;
-  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, split_by_rows_kernel, kMergeThreads, 0));
+  const auto kernel = by_rows_in_flight(rows_in_flight, split_by_rows_kernel<1>, split_by_rows_kernel<kFloorRowsInFlight[1]>, __func__);
+  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kMergeThreads, 0));
   return per_sm * sm_count;
 }
 
@@ -342,10 +396,11 @@ size_t split_by_rows_partials_bytes(int num_tokens) {
 
 void launch_split_by_rows(const CacheRows& cache, const uint16_t* q, const int32_t* indices, int num_tokens,
                           int topk, int num_rows, int rows_per_split, float* partials, unsigned* arrivals, unsigned calls,
-                          uint16_t* out, unsigned* sink, cudaStream_t stream) {
+                          uint16_t* out, unsigned* sink, cudaStream_t stream, int rows_in_flight) {
   if (topk > 2048) throw Error("launch_split_by_rows: topk must be <= 2048, got " + std::to_string(topk));
   if (rows_per_split < 1) throw Error("launch_split_by_rows: rows_per_split must be >= 1");
-  split_by_rows_kernel<<<static_cast<unsigned>(num_tokens * kMaxRowSplits), kMergeThreads, 0, stream>>>(
+  by_rows_in_flight(rows_in_flight, split_by_rows_kernel<1>, split_by_rows_kernel<kFloorRowsInFlight[1]>, __func__)
+      <<<static_cast<unsigned>(num_tokens * kMaxRowSplits), kMergeThreads, 0, stream>>>(
       cache, reinterpret_cast<const uint4*>(q), indices, topk,
       num_rows, rows_per_split, partials, arrivals, calls, reinterpret_cast<uint4*>(out), sink);
   DSA_CUDA_CHECK(cudaGetLastError());

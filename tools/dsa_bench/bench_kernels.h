@@ -17,22 +17,29 @@ struct CacheRows {
   int fp8_row_bytes = 0;      // > 0: fp8_ds_mla rows at this stride (a multiple of 16)
 };
 
+// The floors' two loop shapes, by the rows a warp has in flight at once: one (shared/peers/
+// gather_bw.cu's loop: few registers, so a large T's blocks are all resident and sweep the cache
+// together, but a memory round trip per row of a warp) or kFloorRowsInFlight[1] (each batch's
+// loads all issued before any value is used: no chain of round trips at small T, but 4 blocks
+// per SM at most). Every floor is the faster of the two.
+constexpr int kFloorRowsInFlight[2] = {1, 4};
+
 // Reads every valid entry's row of indices[T, topk]; `splits` blocks per token. l2_only: loads
 // that skip L1 (ld.global.cg), as tile fills into shared memory read.
 void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
-                        unsigned* sink, cudaStream_t stream, bool l2_only = false);
+                        unsigned* sink, cudaStream_t stream, bool l2_only, int rows_in_flight);
 // The output floor (gather_merge_kernel in bench_kernels.cu): the same loads, then, with each
-// token split over `splits` blocks (a power of 2 <= 64), 16 x 512 bf16 partials, a barrier per
+// token split over `splits` blocks (a power of 2 <= 128), 16 x 512 bf16 partials, a barrier per
 // token in L2 and a merge of each block's 1 / splits of the bf16 output into out[T, 16, 512];
 // one split writes out straight away. `partials` holds merge_partials_bytes(); `arrivals` [T]
 // starts zeroed and only grows: call n of a sequence passes target = n x splits. Splits > 1
-// needs num_tokens x splits <= max_merge_blocks(sm_count) (every block resident at once); a
+// needs num_tokens x splits <= max_merge_blocks(sm_count, rows_in_flight) (every block resident at once); a
 // barrier that still waits too long gives up and sets sink[1].
 void launch_gather_merge(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk,
                          int num_rows, int splits, float* partials, unsigned* arrivals, unsigned target, uint16_t* out,
-                         unsigned* sink, cudaStream_t stream);
+                         unsigned* sink, cudaStream_t stream, int rows_in_flight);
 size_t merge_partials_bytes(int num_tokens, int splits);
-int max_merge_blocks(int sm_count);
+int max_merge_blocks(int sm_count, int rows_in_flight);
 // The output floor with each token split by its own valid rows as fused rows decide it on the
 // device (split_by_rows_kernel): kMaxRowSplits blocks per token each load the token's Q
 // (q [T, 16, 576] bf16) and whole index list (topk <= 2048) and count its valid rows m; the
@@ -41,13 +48,13 @@ int max_merge_blocks(int sm_count);
 // does (one split writes out unmerged). `partials` holds split_by_rows_partials_bytes();
 // `arrivals` [T] starts zeroed and only grows: call c of a sequence passes calls = c. Where any
 // token takes several splits, the T x kMaxRowSplits blocks must fit the chip at once
-// (max_split_by_rows_blocks).
+// (max_split_by_rows_blocks for the loop shape).
 constexpr int kMaxRowSplits = 64;
 void launch_split_by_rows(const CacheRows& cache, const uint16_t* q, const int32_t* indices, int num_tokens,
                           int topk, int num_rows, int rows_per_split, float* partials, unsigned* arrivals, unsigned calls,
-                          uint16_t* out, unsigned* sink, cudaStream_t stream);
+                          uint16_t* out, unsigned* sink, cudaStream_t stream, int rows_in_flight);
 size_t split_by_rows_partials_bytes(int num_tokens);
-int max_split_by_rows_blocks(int sm_count);
+int max_split_by_rows_blocks(int sm_count, int rows_in_flight);
 // Reads `bytes` (multiple of 16) from `src` once with 16-byte loads.
 void launch_stream_read(const void* src, size_t bytes, int sm_count, unsigned* sink, cudaStream_t stream);
 

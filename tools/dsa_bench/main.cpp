@@ -305,6 +305,18 @@ std::pair<Timing, int> best_split(const std::vector<int>& candidates, const Opti
   return {time_split(best_splits, o.reps, o.warmup), best_splits};
 }
 
+// A floor at the faster of its two loop shapes (bench_kernels.h, kFloorRowsInFlight): floor_of(rows
+// in flight) returns {timing, split}, split 0 where that shape was not measured.
+template <class FloorOf>
+std::pair<Timing, int> faster_loop_shape(FloorOf floor_of) {
+  std::pair<Timing, int> best{{}, 0};
+  for (int rows_in_flight : kFloorRowsInFlight) {
+    const std::pair<Timing, int> f = floor_of(rows_in_flight);
+    if (f.second > 0 && (best.second == 0 || f.first.median_us < best.first.median_us)) best = f;
+  }
+  return best;
+}
+
 // The floors' barriers set sink[1] when a wait gives up (their blocks were not all resident): a
 // figure measured then is void.
 void clear_barrier_flag(unsigned* sink) { DSA_CUDA_CHECK(cudaMemset(sink + 1, 0, sizeof(unsigned))); }
@@ -314,35 +326,36 @@ bool barrier_gave_up(const unsigned* sink) {
   return flag != 0;
 }
 
-// The output floor at its best split (powers of 2 up to 64 whose blocks are co-resident), over
+// The output floor at its best split (powers of 2 up to 128 whose blocks are co-resident), over
 // the case's indices: {timing, splits}, or {{}, 0} where its barrier gave up (blocks not resident).
 std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T, int topk, KernelTimer& timer, Timer which,
                                     const Options& o, int sm_count, unsigned* sink) {
   const cudaStream_t stream = nullptr;
-  const int max_blocks = max_merge_blocks(sm_count);
   const auto* idx = static_cast<const int32_t*>(d_idx);
-  clear_barrier_flag(sink);
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
-  const auto time_split = [&](int splits, int reps, int warmup) {
-    DevicePtr partials(device_copy(std::vector<uint8_t>(std::max<size_t>(merge_partials_bytes(T, splits), 16))));
-    DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
-    unsigned calls = 0;
-    return timer.time(which, [&] {
-      ++calls;
-      launch_gather_merge(cache.floor_rows(), idx, T, topk, int(cache.rows()), splits, static_cast<float*>(partials.get()),
-                          static_cast<unsigned*>(arrivals.get()), calls * unsigned(splits), static_cast<uint16_t*>(out.get()), sink,
-                          stream);
-    }, 1, reps, warmup);
-  };
-  std::vector<int> candidates;
-  for (int splits = 1; splits <= 64; splits *= 2)
-    if (splits <= topk && (splits == 1 || int64_t(T) * splits <= max_blocks) && int64_t(T) * splits <= 400000)
-      candidates.push_back(splits);
-  const auto best = best_split(candidates, o, time_split);
-  if (best.second == 0) return best;
-  if (barrier_gave_up(sink)) return {{}, 0};
-  return best;
+  return faster_loop_shape([&](int rows_in_flight) -> std::pair<Timing, int> {
+    clear_barrier_flag(sink);
+    const int max_blocks = max_merge_blocks(sm_count, rows_in_flight);
+    const auto time_split = [&](int splits, int reps, int warmup) {
+      DevicePtr partials(device_copy(std::vector<uint8_t>(std::max<size_t>(merge_partials_bytes(T, splits), 16))));
+      DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
+      unsigned calls = 0;
+      return timer.time(which, [&] {
+        ++calls;
+        launch_gather_merge(cache.floor_rows(), idx, T, topk, int(cache.rows()), splits, static_cast<float*>(partials.get()),
+                            static_cast<unsigned*>(arrivals.get()), calls * unsigned(splits), static_cast<uint16_t*>(out.get()), sink,
+                            stream, rows_in_flight);
+      }, 1, reps, warmup);
+    };
+    std::vector<int> candidates;
+    for (int splits = 1; splits <= 128; splits *= 2)
+      if (splits <= topk && (splits == 1 || int64_t(T) * splits <= max_blocks) && int64_t(T) * splits <= 400000)
+        candidates.push_back(splits);
+    const auto best = best_split(candidates, o, time_split);
+    if (best.second == 0 || barrier_gave_up(sink)) return {{}, 0};
+    return best;
+  });
 }
 
 // The per-token output floor (Result::per_token_floor) over the case's index list d_idx, whose
@@ -352,7 +365,7 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
                                        KernelTimer& timer, Timer which, const Options& o, int sm_count, unsigned* sink) {
   // Its T x 64 blocks must all be resident for its barriers; with fewer, it could
   // not split tokens freely and would be no floor.
-  if (topk > 2048 || int64_t(T) * kMaxRowSplits > max_split_by_rows_blocks(sm_count)) return {{}, 0};
+  if (topk > 2048) return {{}, 0};
   const cudaStream_t stream = nullptr;
   std::vector<int> candidates;  // rows per split
   for (int rows = 32; rows <= 2048; rows *= 2) {
@@ -363,19 +376,22 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
   DevicePtr partials(device_copy(std::vector<uint8_t>(split_by_rows_partials_bytes(T))));
-  clear_barrier_flag(sink);
-  const auto best = best_split(candidates, o, [&](int rows, int reps, int warmup) {
-    // Each token's arrivals grow by its splits per call: a count per rows-per-split value.
-    DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
-    unsigned calls = 0;
-    return timer.time(which, [&] {
-      launch_split_by_rows(cache.floor_rows(), static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), T, topk,
-                           int(cache.rows()), rows, static_cast<float*>(partials.get()), static_cast<unsigned*>(arrivals.get()),
-                           ++calls, static_cast<uint16_t*>(out.get()), sink, stream);
-    }, 1, reps, warmup);
+  return faster_loop_shape([&](int rows_in_flight) -> std::pair<Timing, int> {
+    clear_barrier_flag(sink);
+    if (int64_t(T) * kMaxRowSplits > max_split_by_rows_blocks(sm_count, rows_in_flight)) return {{}, 0};
+    const auto best = best_split(candidates, o, [&](int rows, int reps, int warmup) {
+      // Each token's arrivals grow by its splits per call: a count per rows-per-split value.
+      DSA_CUDA_CHECK(cudaMemset(arrivals.get(), 0, size_t(T) * sizeof(unsigned)));
+      unsigned calls = 0;
+      return timer.time(which, [&] {
+        launch_split_by_rows(cache.floor_rows(), static_cast<const uint16_t*>(q.get()), static_cast<const int32_t*>(d_idx), T, topk,
+                             int(cache.rows()), rows, static_cast<float*>(partials.get()), static_cast<unsigned*>(arrivals.get()),
+                             ++calls, static_cast<uint16_t*>(out.get()), sink, stream, rows_in_flight);
+      }, 1, reps, warmup);
+    });
+    if (best.second == 0 || barrier_gave_up(sink)) return {{}, 0};
+    return best;
   });
-  if (barrier_gave_up(sink)) return {{}, 0};
-  return best;
 }
 
 // --list-length: the positions [0, L) of each list a call reads (the lists keep their topk
@@ -581,16 +597,21 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   // same lists in row order. `lists` lists of `len` positions (the case's: T x topk).
   const auto gather_lists = [&](const int32_t* idx_ptr, int lists, int len, bool l2_only) {
     std::vector<int> candidates;
-    for (int splits : {1, 2, 4, 8, 16, 32, 64}) {
+    for (int splits : {1, 2, 4, 8, 16, 32, 64, 128}) {
       if (int64_t(lists) * splits > 400000 || splits > len) continue;
       if (int64_t(lists) * splits < sm_count / 2 && splits != 64 && splits * 2 <= len) continue;  // too few blocks
       candidates.push_back(splits);
     }
-    return best_split(candidates, o, [&](int splits, int reps, int warmup) {
-      return timer.time(
-          which,
-          [&] { launch_gather_rows(cache.floor_rows(), idx_ptr, lists, len, int(cache.rows()), splits, sink, stream, l2_only); },
-          1, reps, warmup);
+    return faster_loop_shape([&](int rows_in_flight) {
+      return best_split(candidates, o, [&](int splits, int reps, int warmup) {
+        return timer.time(
+            which,
+            [&] {
+              launch_gather_rows(cache.floor_rows(), idx_ptr, lists, len, int(cache.rows()), splits, sink, stream, l2_only,
+                                 rows_in_flight);
+            },
+            1, reps, warmup);
+      });
     });
   };
   const auto gather_floor = [&](const int32_t* idx_ptr) { return gather_lists(idx_ptr, T, topk, false); };
