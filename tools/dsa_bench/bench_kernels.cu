@@ -26,7 +26,7 @@ __device__ __forceinline__ uint4 load_16(const uint4* p) {
   return __ldg(p);
 }
 
-// One warp reads one row (the layouts below, xor_rows). Returns a value that depends on every load.
+// One warp reads one row (the layouts below, xor_rows). Returns the XOR of the lane's words.
 template <bool kL2Only>
 __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, int lane) {
   if (cache.fp8_row_bytes > 0) {
@@ -35,7 +35,7 @@ __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, in
     unsigned acc = a.x ^ a.y ^ a.z ^ a.w;
     if (lane < kFp8RowBytes / 16 - 32) {
       const uint4 b = load_16<kL2Only>(c + 32 + lane);
-      acc ^= b.x ^ b.w;
+      acc ^= b.x ^ b.y ^ b.z ^ b.w;
     }
     return acc;
   }
@@ -44,7 +44,7 @@ __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, in
   unsigned acc = a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
   if (lane < 8) {
     const uint4 p = load_16<kL2Only>(static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(row) * 8 + lane);
-    acc ^= p.x ^ p.w;
+    acc ^= p.x ^ p.y ^ p.z ^ p.w;
   }
   return acc;
 }
@@ -113,9 +113,13 @@ __device__ __forceinline__ unsigned gather_block_rows(const CacheRows cache, con
 
 template <bool kL2Only, int kRowsInFlight>
 __global__ void __launch_bounds__(kProbeThreads, kFloorMinBlocks<kRowsInFlight>) gather_rows_kernel(const CacheRows cache, const int32_t* __restrict__ indices,
-                                                                    int topk, int num_rows, int splits, unsigned* sink) {
+                                                                    int topk, int num_rows, int splits, unsigned* sink,
+                                                                    unsigned* token_xor) {
   const unsigned acc = gather_block_rows<kL2Only, kRowsInFlight>(cache, indices, topk, num_rows, splits);
-  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive
+  if (token_xor != nullptr)
+    atomicXor(token_xor + blockIdx.x / splits, acc);  // the check: every word of the token's listed rows
+  else if (acc == 0x9e3779b9u)
+    sink[0] = acc;  // keeps the loads alive
 }
 
 // The output floor: the gather floor's loads, then what any design that splits a token over
@@ -345,11 +349,11 @@ Kernel by_rows_in_flight(int rows_in_flight, Kernel one, Kernel many, const char
 }
 
 void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
-                        unsigned* sink, cudaStream_t stream, bool l2_only, int rows_in_flight) {
+                        unsigned* sink, cudaStream_t stream, bool l2_only, int rows_in_flight, unsigned* token_xor) {
   constexpr int kMany = kFloorRowsInFlight[1];
   const auto kernel = l2_only ? by_rows_in_flight(rows_in_flight, gather_rows_kernel<true, 1>, gather_rows_kernel<true, kMany>, __func__)
                               : by_rows_in_flight(rows_in_flight, gather_rows_kernel<false, 1>, gather_rows_kernel<false, kMany>, __func__);
-  kernel<<<num_tokens * splits, kProbeThreads, 0, stream>>>(cache, indices, topk, num_rows, splits, sink);
+  kernel<<<num_tokens * splits, kProbeThreads, 0, stream>>>(cache, indices, topk, num_rows, splits, sink, token_xor);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -25,9 +25,11 @@ struct CacheRows {
 constexpr int kFloorRowsInFlight[2] = {1, 4};
 
 // Reads every valid entry's row of indices[T, topk]; `splits` blocks per token. l2_only: loads
-// that skip L1 (ld.global.cg), as tile fills into shared memory read.
+// that skip L1 (ld.global.cg), as tile fills into shared memory read. With token_xor [T] (zeroed
+// by the caller), each token's entry gets the XOR of every 32-bit word of every row its list
+// names, once per listing: a check that a loop shape reads exactly the case's rows.
 void launch_gather_rows(const CacheRows& cache, const int32_t* indices, int num_tokens, int topk, int num_rows, int splits,
-                        unsigned* sink, cudaStream_t stream, bool l2_only, int rows_in_flight);
+                        unsigned* sink, cudaStream_t stream, bool l2_only, int rows_in_flight, unsigned* token_xor = nullptr);
 // The output floor (gather_merge_kernel in bench_kernels.cu): the same loads, then, with each
 // token split over `splits` blocks (a power of 2 <= 128), 16 x 512 bf16 partials, a barrier per
 // token in L2 and a merge of each block's 1 / splits of the bf16 output into out[T, 16, 512];

@@ -394,6 +394,46 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
   });
 }
 
+// Every loop shape of the floors reads exactly the case's rows: for each token, the XOR of every
+// 32-bit word of every row its list names (once per listing), from the gather floor's kernel at
+// 1, 3 (ragged chunks) and 64 blocks per token, through L1 and L2 only, against the host's copy
+// of the cache (fetched). Throws on a difference.
+void check_floor_rows(const Cache& cache, const std::vector<int32_t>& indices, const void* d_idx, int T, int topk, unsigned* sink) {
+  std::vector<unsigned> want(size_t(T), 0u);
+  for (int t = 0; t < T; ++t)
+    for (int k = 0; k < topk; ++k) {
+      const int32_t r = indices[size_t(t) * topk + k];
+      if (!detail::names_a_row(r, int(cache.rows()))) continue;
+      std::vector<uint32_t> words;
+      const auto add = [&](const void* src, size_t bytes) {
+        const size_t at = words.size();
+        words.resize(at + bytes / 4);
+        std::memcpy(words.data() + at, src, bytes);
+      };
+      if (cache.fp8 != nullptr) {
+        add(cache.host_fp8.data() + size_t(r) * kFp8RowBytes, kFp8RowBytes);
+      } else {
+        add(cache.host_ckv.data() + size_t(r) * kCkvDim, kCkvDim * 2);
+        add(cache.host_kpe.data() + size_t(r) * kKpeDim, kKpeDim * 2);
+      }
+      for (uint32_t w : words) want[size_t(t)] ^= w;
+    }
+  DevicePtr got_d(device_copy(std::vector<unsigned>(size_t(T))));
+  for (int rows_in_flight : kFloorRowsInFlight)
+    for (bool l2_only : {false, true})
+      for (int splits : {1, 3, 64}) {
+        DSA_CUDA_CHECK(cudaMemset(got_d.get(), 0, size_t(T) * sizeof(unsigned)));
+        launch_gather_rows(cache.floor_rows(), static_cast<const int32_t*>(d_idx), T, topk, int(cache.rows()), splits, sink, nullptr,
+                           l2_only, rows_in_flight, static_cast<unsigned*>(got_d.get()));
+        const auto got = host_copy(static_cast<unsigned*>(got_d.get()), size_t(T));
+        for (int t = 0; t < T; ++t)
+          if (got[size_t(t)] != want[size_t(t)])
+            throw Error("the gather floor (" + std::to_string(rows_in_flight) + " rows in flight, " + std::to_string(splits) +
+                        " blocks per token" + (l2_only ? ", L2 only" : "") + ") read other rows than token " + std::to_string(t) +
+                        "'s list");
+      }
+}
+
 // --list-length: the positions [0, L) of each list a call reads (the lists keep their topk
 // stride), from the option and the case's last valid position over its tokens (-1: none). A
 // number is refused where a valid entry sits further on: the time would be of less work.
@@ -593,6 +633,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     }
   }
   if (o.kernel_only) return res;
+  if (res.cpu_checked) check_floor_rows(cache, indices, d_idx.get(), T, topk, sink);  // the host has the cache
   // The floor: the gather probe at its best block split over the case's indices, then over the
   // same lists in row order. `lists` lists of `len` positions (the case's: T x topk).
   const auto gather_lists = [&](const int32_t* idx_ptr, int lists, int len, bool l2_only) {
