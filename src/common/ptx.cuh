@@ -39,39 +39,28 @@ __device__ __forceinline__ void cp_async_16_l2_128b_if(bool pred, uint32_t dst, 
                "l"(src), "r"(src_bytes), "r"(static_cast<int>(pred)));
 }
 
-// 16 bytes from global memory into registers through L2 only (.cg), asking L2 for the whole
-// 128-byte line (.L2::128B) as cp_async_16_l2_128b does, where `pred` holds; zeros otherwise.
-// Predicated, not selected after the load: a select waits for the data right there.
-__device__ __forceinline__ uint4 ld_cg_l2_128b_v4_or_zero(bool pred, const void* src) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @p ld.global.cg.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(src), "r"(static_cast<int>(pred)));
-  return v;
-}
-
-// 16 bytes into registers where `pred` holds, zeros otherwise: through L1's non-coherent path
-// (ld.global.nc), or kL2Only through L2 alone (ld.global.cg). Predicated, so no branch or select
-// waits for the data before its first use.
-template <bool kL2Only>
+// 16 bytes from global memory into registers where `pred` holds, zeros otherwise, by one of the
+// load paths below. Predicated, not selected after the load: a select (or a branch) waits for
+// the data right there.
+enum class LoadPath {
+  nc,           // ld.global.nc: through L1's non-coherent path
+  cg,           // ld.global.cg: L2 only, as cp.async.cg tile fills read
+  cg_l2_128b,   // ld.global.cg.L2::128B: L2 only, asking for the whole 128-byte line (cp_async_16_l2_128b)
+};
+#define DSA_LD_V4_OR_ZERO(INSTR)                                                                                      \
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n" \
+               " mov.b32 %3, 0;\n @p " INSTR " {%0, %1, %2, %3}, [%4];\n}\n"                                        \
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)                                                         \
+               : "l"(src), "r"(static_cast<int>(pred)))
+template <LoadPath kPath>
 __device__ __forceinline__ uint4 ld_v4_or_zero(bool pred, const void* src) {
   uint4 v;
-  if constexpr (kL2Only)
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @p ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(src), "r"(static_cast<int>(pred)));
-  else
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-        " @p ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(src), "r"(static_cast<int>(pred)));
+  if constexpr (kPath == LoadPath::nc) DSA_LD_V4_OR_ZERO("ld.global.nc.v4.u32");
+  else if constexpr (kPath == LoadPath::cg) DSA_LD_V4_OR_ZERO("ld.global.cg.v4.u32");
+  else DSA_LD_V4_OR_ZERO("ld.global.cg.L2::128B.v4.u32");
   return v;
 }
+#undef DSA_LD_V4_OR_ZERO
 
 // base[i] through the non-coherent path, or `fallback` where base is null: one predicated load
 // the compiler cannot split into a branch, so nothing waits for it before its value's first use.

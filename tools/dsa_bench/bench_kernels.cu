@@ -49,12 +49,13 @@ __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, in
   return acc;
 }
 
-// Blocks per SM a floor kernel is compiled for: the loop shape with rows in flight holds 4 rows
-// x 12 registers of loaded data per thread and is capped at 64 registers, so that 4 blocks fit
-// an SM (T = 8 x 64 blocks of the per-token floor resident at once; that kernel, whose merge
-// takes a run-time split count, spills 8 bytes at the cap).
+// Blocks per SM the gather and output floors' kernels are compiled for: the loop shape with rows
+// in flight holds 4 rows x 12 registers of loaded data per thread and is capped at 64 registers
+// (4 blocks per SM); the one-row shape at 51, where the output floor's kernel fits in 48 (5 blocks
+// per SM, as before the in-flight shape existed; uncapped it took 56). The per-token floor's
+// kernel takes 4 for both shapes (split_by_rows_kernel).
 template <int kRowsInFlight>
-constexpr int kFloorMinBlocks = kRowsInFlight > 1 ? 4 : 1;
+constexpr int kFloorMinBlocks = kRowsInFlight > 1 ? 4 : 5;
 
 // The XOR of every 16-byte vector of rows row_at(k), k in [begin, end) (skipped where the row is
 // not in [0, num_rows)), read by a block's warps: warp w takes k = begin + w + 8 j, kRowsInFlight
@@ -86,10 +87,10 @@ __device__ __forceinline__ unsigned xor_rows(const CacheRows& cache, int begin, 
       const bool ok = detail::names_a_row(r, num_rows);
       const uint8_t* base = static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(ok ? r : 0) * (fp8 ? cache.fp8_row_bytes : 1024);
       const uint4* c = reinterpret_cast<const uint4*>(base);
-      v[j][0] = ptx::ld_v4_or_zero<kL2Only>(ok, c + lane);
-      v[j][1] = ptx::ld_v4_or_zero<kL2Only>(ok && (!fp8 || lane < kFp8RowBytes / 16 - 32), c + 32 + lane);
+      v[j][0] = ptx::ld_v4_or_zero<kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc>(ok, c + lane);
+      v[j][1] = ptx::ld_v4_or_zero<kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc>(ok && (!fp8 || lane < kFp8RowBytes / 16 - 32), c + 32 + lane);
       const uint4* p = fp8 ? c : static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(ok ? r : 0) * 8 + lane;
-      v[j][2] = ptx::ld_v4_or_zero<kL2Only>(ok && !fp8 && lane < 8, p);
+      v[j][2] = ptx::ld_v4_or_zero<kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc>(ok && !fp8 && lane < 8, p);
     }
 #pragma unroll
     for (int j = 0; j < kRowsInFlight; ++j)
@@ -228,11 +229,12 @@ __global__ void __launch_bounds__(kMergeThreads, kFloorMinBlocks<kRowsInFlight>)
 // position order (the kernels' block_compact) and counts them (m); the token takes n splits,
 // the smallest power of 2 with n x rows_per_split >= m (at most kMaxRowSplits); blocks s >= n
 // leave, block s gathers rows [s m / n, (s + 1) m / n) and merges as above; a token of one
-// split writes its output unmerged.
+// split writes its output unmerged. 4 blocks per SM (64 registers), so that T = 8's 512 blocks
+// are resident at once; the in-flight shape spills 8 bytes there (its merge takes a run-time n).
 constexpr int kQVec4 = kProbeHeads * 576 / 8;                  // 1152
 constexpr int kListPerThread = 2048 / kMergeThreads;           // 8: topk <= 2048
 template <int kRowsInFlight>
-__global__ void __launch_bounds__(kMergeThreads, kFloorMinBlocks<kRowsInFlight>) split_by_rows_kernel(const CacheRows cache, const uint4* __restrict__ q, const int32_t* __restrict__ indices,
+__global__ void __launch_bounds__(kMergeThreads, 4) split_by_rows_kernel(const CacheRows cache, const uint4* __restrict__ q, const int32_t* __restrict__ indices,
                                                                       int topk, int num_rows, int rows_per_split, float* partials,
                                                                       unsigned* arrivals, unsigned calls, uint4* out, unsigned* sink) {
   constexpr int kWarps = kMergeThreads / 32;

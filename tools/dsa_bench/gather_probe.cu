@@ -75,10 +75,10 @@ __global__ void __launch_bounds__(kThreads) gather_probe_kernel(const uint4* __r
       for (int i = 0; i < kRowsPerWarp; ++i) {
         const int row = rows[tile * BK + warp + i * kWarps];
         const uint4* c = ckv + static_cast<int64_t>(row) * kCkvVecs;
-        held[i][0] = ptx::ld_cg_l2_128b_v4_or_zero(true, c + lane);
+        held[i][0] = ptx::ld_v4_or_zero<ptx::LoadPath::cg_l2_128b>(true, c + lane);
         if constexpr (kPath == kRegisters) {
-          held[i][1] = ptx::ld_cg_l2_128b_v4_or_zero(true, c + lane + 32);
-          held[i][2] = ptx::ld_cg_l2_128b_v4_or_zero(lane < kKpeVecs, kpe + static_cast<int64_t>(row) * kKpeVecs + lane);
+          held[i][1] = ptx::ld_v4_or_zero<ptx::LoadPath::cg_l2_128b>(true, c + lane + 32);
+          held[i][2] = ptx::ld_v4_or_zero<ptx::LoadPath::cg_l2_128b>(lane < kKpeVecs, kpe + static_cast<int64_t>(row) * kKpeVecs + lane);
         }
       }
     };

@@ -146,7 +146,7 @@ struct Result {
   // device: 64 blocks per token load Q and the whole list and count the valid rows, the token
   // takes the smallest power-of-2 splits of at most `per_token_rows` rows each, the others leave
   // (launch_split_by_rows); a token of one split is not merged. Best over rows per split and both
-  // orders; 0 rows: not measured (topk > 2048, or T x 64 blocks not all resident: T > 16).
+  // orders; 0 rows: not measured (topk > 2048, or T x 64 blocks not all resident: T > 8).
   Timing per_token_floor;
   int per_token_rows = 0;
   // The union floor (--union-floor G): each group of G consecutive tokens reads the union of its
@@ -363,8 +363,6 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
 // blocks not resident).
 std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, int most_valid, int T, int topk,
                                        KernelTimer& timer, Timer which, const Options& o, int sm_count, unsigned* sink) {
-  // Its T x 64 blocks must all be resident for its barriers; with fewer, it could
-  // not split tokens freely and would be no floor.
   if (topk > 2048) return {{}, 0};
   const cudaStream_t stream = nullptr;
   std::vector<int> candidates;  // rows per split
@@ -378,6 +376,8 @@ std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, in
   DevicePtr partials(device_copy(std::vector<uint8_t>(split_by_rows_partials_bytes(T))));
   return faster_loop_shape([&](int rows_in_flight) -> std::pair<Timing, int> {
     clear_barrier_flag(sink);
+    // Its T x 64 blocks must all be resident for its barriers; with fewer, it could not split
+    // tokens freely and would be no floor.
     if (int64_t(T) * kMaxRowSplits > max_split_by_rows_blocks(sm_count, rows_in_flight)) return {{}, 0};
     const auto best = best_split(candidates, o, [&](int rows, int reps, int warmup) {
       // Each token's arrivals grow by its splits per call: a count per rows-per-split value.
@@ -404,19 +404,19 @@ void check_floor_rows(const Cache& cache, const std::vector<int32_t>& indices, c
     for (int k = 0; k < topk; ++k) {
       const int32_t r = indices[size_t(t) * topk + k];
       if (!detail::names_a_row(r, int(cache.rows()))) continue;
-      std::vector<uint32_t> words;
-      const auto add = [&](const void* src, size_t bytes) {
-        const size_t at = words.size();
-        words.resize(at + bytes / 4);
-        std::memcpy(words.data() + at, src, bytes);
+      const auto xor_words = [&](const void* src, size_t bytes) {
+        for (size_t i = 0; i < bytes; i += 4) {
+          uint32_t w;
+          std::memcpy(&w, static_cast<const uint8_t*>(src) + i, 4);
+          want[size_t(t)] ^= w;
+        }
       };
       if (cache.fp8 != nullptr) {
-        add(cache.host_fp8.data() + size_t(r) * kFp8RowBytes, kFp8RowBytes);
+        xor_words(cache.host_fp8.data() + size_t(r) * kFp8RowBytes, kFp8RowBytes);
       } else {
-        add(cache.host_ckv.data() + size_t(r) * kCkvDim, kCkvDim * 2);
-        add(cache.host_kpe.data() + size_t(r) * kKpeDim, kKpeDim * 2);
+        xor_words(cache.host_ckv.data() + size_t(r) * kCkvDim, kCkvDim * 2);
+        xor_words(cache.host_kpe.data() + size_t(r) * kKpeDim, kKpeDim * 2);
       }
-      for (uint32_t w : words) want[size_t(t)] ^= w;
     }
   DevicePtr got_d(device_copy(std::vector<unsigned>(size_t(T))));
   for (int rows_in_flight : kFloorRowsInFlight)
