@@ -76,6 +76,7 @@ __device__ __forceinline__ unsigned xor_rows(const CacheRows& cache, int begin, 
     }
     return acc;
   }
+  constexpr ptx::LoadPath kPath = kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc;
   const bool fp8 = cache.fp8_row_bytes > 0;
   for (int k0 = begin + warp; k0 < end; k0 += kWarps * kRowsInFlight) {
     const int k = k0 + kWarps * lane;  // lane j < kRowsInFlight looks up the warp's row j
@@ -87,10 +88,10 @@ __device__ __forceinline__ unsigned xor_rows(const CacheRows& cache, int begin, 
       const bool ok = detail::names_a_row(r, num_rows);
       const uint8_t* base = static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(ok ? r : 0) * (fp8 ? cache.fp8_row_bytes : 1024);
       const uint4* c = reinterpret_cast<const uint4*>(base);
-      v[j][0] = ptx::ld_v4_or_zero<kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc>(ok, c + lane);
-      v[j][1] = ptx::ld_v4_or_zero<kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc>(ok && (!fp8 || lane < kFp8RowBytes / 16 - 32), c + 32 + lane);
+      v[j][0] = ptx::ld_v4_or_zero<kPath>(ok, c + lane);
+      v[j][1] = ptx::ld_v4_or_zero<kPath>(ok && (!fp8 || lane < kFp8RowBytes / 16 - 32), c + 32 + lane);
       const uint4* p = fp8 ? c : static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(ok ? r : 0) * 8 + lane;
-      v[j][2] = ptx::ld_v4_or_zero<kL2Only ? ptx::LoadPath::cg : ptx::LoadPath::nc>(ok && !fp8 && lane < 8, p);
+      v[j][2] = ptx::ld_v4_or_zero<kPath>(ok && !fp8 && lane < 8, p);
     }
 #pragma unroll
     for (int j = 0; j < kRowsInFlight; ++j)
