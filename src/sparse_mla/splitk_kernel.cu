@@ -257,7 +257,7 @@
 // Runs 663-667 (H200, branch last-split-merge-experiment): no combine for 2-8 splits, the last
 // split of a (token, head group) to arrive (one acq_rel atomic per CTA) merging the partials:
 // T = 64 random 53.6 -> 58.6 us at best, T = 32 35.2 -> 43.4. One 4-warp CTA copies its 16 x
-// splits KB at ~20 GB/s and merges them in latency-bound chains, 7-12 us where the combine's
+// splits KB at ~13-21 GB/s and merges them in latency-bound chains, 7-11 us where the combine's
 // warps on every SM take ~3.6.
 #include <algorithm>
 #include <cfloat>
