@@ -1636,16 +1636,14 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
 }
 
 // Many splits: one block per (token, head, 512 / kParts dims). Warp w merges splits w, w+8, ...
-// online (8 in flight: up to 64 splits in one round of loads; with 4, T = 1 random's 64 splits
-// took two dependent rounds, 1.24 us after the release where one round of 16 took 0.8, run 671),
-// then warp 0 merges the 8 warps through shared memory. kParts keeps the
+// online (4 in flight), then warp 0 merges the 8 warps through shared memory. kParts keeps the
 // grid near one block per main-kernel slot: at T = 1, 4 parts make 64 blocks (one part, 16
 // blocks, took 10.9 us against 10.1); at T = 16, one part makes 256 blocks where 4 made 1024:
 // 29.3 against 31.3 us (run 85; T = 2-8 within 0.2 us either way).
 // kBalanced: the token's run of slots from the schedule (combine_runs' layout), for small calls
 // whose runs are long: the run's loads are spread over 8 warps instead of one warp's rounds.
 constexpr int kCombineBlocksTarget = 256;  // ~ the main kernel's 2 CTAs x 132 SMs
-constexpr int kCombineUnroll = 8;
+constexpr int kCombineUnroll = 4;
 
 template <int kParts, bool kBalanced = false>
 __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
