@@ -259,6 +259,11 @@
 // T = 64 random 53.6 -> 58.6 us at best, T = 32 35.2 -> 43.4. One 4-warp CTA copies its 16 x
 // splits KB at ~13-21 GB/s and merges them in latency-bound chains, 7-11 us where the combine's
 // warps on every SM take ~3.6.
+// Runs 673-675 (H200): the combine released per token by per-split flags (a release store after
+// each split CTA's barrier, the combine's warps polling; branch combine-flags-experiment): T = 1
+// random 8.9 -> 10.4, T = 4-16 +1.4-1.8, T >= 32 unchanged: the fence and the flag's trip take
+// longer than PDL's ~0.65 us release. Split partials staged by stmatrix and stored as whole rows
+// (branch staged-partials-experiment): T = 1 +0.1, fp8 +0.4, 'stored' at the same time.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
