@@ -65,16 +65,18 @@ bool resolve_split_softmax(const PlanChoice& choice, int block_keys, bool whole_
   return splittable && (choice.split_softmax == 1 || (choice.split_softmax == 0 && (fast_memory || !whole_lists)));
 }
 
-// The planner's row order where it can be on (SparseMlaPlan::row_order says why).
-bool planner_row_order(int num_tokens, int topk, IndexSharing sharing) {
-  return sharing == IndexSharing::unknown && int64_t{num_tokens} * topk >= detail::kRowOrderMinPairs;
+// The planner's row order where it can be on (SparseMlaPlan::row_order says why), from
+// `min_pairs` (token, position) pairs.
+bool planner_row_order(int num_tokens, int topk, IndexSharing sharing, int64_t min_pairs) {
+  return sharing == IndexSharing::unknown && int64_t{num_tokens} * topk >= min_pairs;
 }
 
 // `pays`: whether the planner's rule applies to this kernel and head count at all.
 bool resolve_row_order(const PlanChoice& choice, bool orderable, bool pays, int num_tokens, int topk,
-                       IndexSharing sharing) {
+                       IndexSharing sharing, int64_t min_pairs = detail::kRowOrderMinPairs) {
   check_row_order_choice(choice, orderable);
-  return orderable && (choice.row_order == 1 || (choice.row_order == 0 && pays && planner_row_order(num_tokens, topk, sharing)));
+  return orderable &&
+         (choice.row_order == 1 || (choice.row_order == 0 && pays && planner_row_order(num_tokens, topk, sharing, min_pairs)));
 }
 
 // A plan's CTA count, which one launch (an int grid) must hold.
@@ -673,8 +675,11 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     fail("device", "not enough shared memory per block");
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
-  // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144).
-  plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing);
+  // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144). On fast memory later
+  // (params.h row_order_min_pairs_fast).
+  const bool measured_fast = c.fast_memory && num_heads == kHeadGroup && topk >= detail::kRowOrderFastMinList;
+  plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing,
+                                     measured_fast ? detail::row_order_min_pairs_fast(topk, fp8) : detail::kRowOrderMinPairs);
   // Split softmax (SparseMlaPlan::split_softmax): on fast memory, or where every CTA takes a split
   // of its token's list (none a whole list, as unsplit tokens and unsplit lead tokens do).
   const bool whole_lists = plan.splits == 1 || (plan.lead_tokens > 0 && plan.lead_splits == 1);
