@@ -676,10 +676,9 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
   // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144). On fast memory later
-  // (params.h row_order_min_pairs_fast).
-  const bool measured_fast = c.fast_memory && num_heads == kHeadGroup && topk >= detail::kRowOrderFastMinList;
+  // (params.h split_k_row_order_min_pairs).
   plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing,
-                                     measured_fast ? detail::row_order_min_pairs_fast(topk, fp8) : detail::kRowOrderMinPairs);
+                                     detail::split_k_row_order_min_pairs(c.fast_memory, num_heads, topk, fp8));
   // Split softmax (SparseMlaPlan::split_softmax): on fast memory, or where every CTA takes a split
   // of its token's list (none a whole list, as unsplit tokens and unsplit lead tokens do).
   const bool whole_lists = plan.splits == 1 || (plan.lead_tokens > 0 && plan.lead_splits == 1);

@@ -218,7 +218,7 @@ TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
   EXPECT_TRUE(plan_sparse_mla(64, 16, 2048, kH100).row_order);
   EXPECT_TRUE(plan_sparse_mla(1024, 16, 2048, kH100).row_order);
   EXPECT_TRUE(plan_sparse_mla(512, 16, 256, kH100).row_order);
-  // On fast memory the sort repays later (params.h row_order_min_pairs_fast): at 16 heads bf16
+  // On fast memory the sort repays later (params.h split_k_row_order_min_pairs): at 16 heads bf16
   // lists of 2048 from 1.25 x 2^17 pairs, of 1024 from 1.5 x 2^17, the rest from 2^18.
   EXPECT_FALSE(plan_sparse_mla(64, 16, 2048, kH200).row_order);
   EXPECT_FALSE(plan_sparse_mla(79, 16, 2048, kH200).row_order);
