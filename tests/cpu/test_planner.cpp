@@ -25,12 +25,10 @@ const DeviceInfo kH200 = with_bandwidth(4814);  // what the H200 reports (run 50
 
 // Every field of two plans alike (the tests that say a hint or a device changes nothing).
 bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b);
-// The same but split_softmax and row_order, which follow the device's memory bandwidth on their
-// own (tested in SplitSoftmaxOnFastMemoryOnSplitListsAndForFp8 and RowOrderFromEnoughPairsWithoutAHintAndWhenForced):
-// the tests that say the rest does not.
-bool same_plan_but_memory_rules(SparseMlaPlan a, const SparseMlaPlan& b) {
+// The same but split_softmax, which follows the device's memory bandwidth on its own (tested
+// in SplitSoftmaxOnFastMemoryOnSplitListsAndForFp8): the tests that say the rest does not.
+bool same_plan_but_softmax(SparseMlaPlan a, const SparseMlaPlan& b) {
   a.split_softmax = b.split_softmax;
-  a.row_order = b.row_order;
   return same_plan(a, b);
 }
 bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b) {
@@ -666,7 +664,7 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
   for (int H : {16, 128})
     for (int T : {100, 353, 1024, 4096}) {
       const SparseMlaPlan a = plan_sparse_mla(T, H, 2048, kH100), b = plan_sparse_mla(T, H, 2048, h200);
-      EXPECT_TRUE(same_plan_but_memory_rules(a, b)) << T << " " << H;
+      EXPECT_TRUE(same_plan_but_softmax(a, b)) << T << " " << H;
     }
 }
 
@@ -711,9 +709,17 @@ TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
     if (H == 64 || topk == 2048) EXPECT_TRUE(fp8.lead_tokens == unsplit && fp8.splits == 3) << T << " " << H << " " << topk;
   }
   // Tails of at most 11/20 of a wave take two rounds on both; shorter lists at 16 / 32 heads on neither.
-  EXPECT_TRUE(same_plan_but_memory_rules(plan_sparse_mla(409, 16, 2048, kH100), plan_sparse_mla(409, 16, 2048, h200)));
-  for (auto [T, H, topk] : {std::tuple{420, 16, 1024}, std::tuple{420, 16, 512}, std::tuple{210, 32, 1024}})
-    EXPECT_TRUE(same_plan_but_memory_rules(plan_sparse_mla(T, H, topk, kH100), plan_sparse_mla(T, H, topk, h200))) << T << " " << H << " " << topk;
+  EXPECT_TRUE(same_plan_but_softmax(plan_sparse_mla(409, 16, 2048, kH100), plan_sparse_mla(409, 16, 2048, h200)));
+  for (auto [T, H, topk] : {std::tuple{420, 16, 1024}, std::tuple{420, 16, 512}, std::tuple{210, 32, 1024}}) {
+    SparseMlaPlan a = plan_sparse_mla(T, H, topk, kH100);
+    const SparseMlaPlan b = plan_sparse_mla(T, H, topk, h200);
+    // Lists of 512 at 16 heads (sorted on the H100): the H200 sorts their rows from 2^18 pairs
+    // only (T >= 512); the others alike.
+    EXPECT_EQ(b.row_order, topk == 512 ? false : a.row_order) << T << " " << H << " " << topk;
+    if (topk == 512) EXPECT_TRUE(a.row_order) << T;
+    a.row_order = b.row_order;
+    EXPECT_TRUE(same_plan_but_softmax(a, b)) << T << " " << H << " " << topk;
+  }
 }
 
 // Just past half a wave of one-token groups at 32 and 64 heads: one wave of whole lists for bf16
@@ -736,7 +742,7 @@ TEST(Planner, HalfWaveLeadAt32And64HeadsWithFp8OrFastMemory) {
         EXPECT_EQ(p.ctas, 132 + (T - 66) * splits) << T << " " << H;
       }
       // Shorter lists keep one split on both devices.
-      EXPECT_TRUE(same_plan_but_memory_rules(plan_sparse_mla(T, H, 1024, kH100), plan_sparse_mla(T, H, 1024, h200))) << T << " " << H;
+      EXPECT_TRUE(same_plan_but_softmax(plan_sparse_mla(T, H, 1024, kH100), plan_sparse_mla(T, H, 1024, h200))) << T << " " << H;
       EXPECT_EQ(fp8(T, H, 1024, kH100).lead_tokens, 0) << T << " " << H;
     }
   // Past T = 82 too few splits fit after the half wave (kLeadMinTailSplits): one split everywhere.
@@ -758,8 +764,14 @@ TEST(Planner, SplitKHalfWaveLeadFromFourLaterSplitsOnFastMemory) {
       EXPECT_EQ(p.lead_splits, 2) << T;
       EXPECT_EQ(p.splits, splits) << T;
       EXPECT_EQ(p.ctas, 264 + (T - 132) * splits) << T;
-      EXPECT_TRUE(same_plan_but_memory_rules(plan_sparse_mla(T, 16, 1024, kH100, {}, IndexSharing::unknown, kv),
-                            plan_sparse_mla(T, 16, 1024, h200, {}, IndexSharing::unknown, kv))) << T;
+      // Lists of 1024 split alike on both; the H200 sorts their rows from 1.5 x 2^17 pairs (bf16,
+      // T >= 192) or 2^18 (fp8) only (RowOrderFromEnoughPairsWithoutAHintAndWhenForced).
+      SparseMlaPlan h100_1024 = plan_sparse_mla(T, 16, 1024, kH100, {}, IndexSharing::unknown, kv);
+      const SparseMlaPlan h200_1024 = plan_sparse_mla(T, 16, 1024, h200, {}, IndexSharing::unknown, kv);
+      EXPECT_TRUE(h100_1024.row_order) << T;
+      EXPECT_EQ(h200_1024.row_order, kv == KvCacheFormat::bf16 && T >= 192) << T;
+      h100_1024.row_order = h200_1024.row_order;
+      EXPECT_TRUE(same_plan_but_softmax(h100_1024, h200_1024)) << T;
     }
   EXPECT_EQ(plan_sparse_mla(199, 16, 2048, h200).lead_tokens, 0);  // 67 later tokens: 3 splits fit
   EXPECT_EQ(plan_sparse_mla(165, 16, 2048, kH100).lead_tokens, 132);  // 8 on both
