@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include <cuda_runtime_api.h>
 
@@ -104,16 +105,22 @@ inline constexpr int kRowOrderBucketBits = 6;
 inline constexpr int kRowOrderBuckets = 1 << kRowOrderBucketBits;  // row >> shift < kRowOrderBuckets for every row
 inline constexpr int64_t kRowOrderMinPairs = int64_t{1} << 17;  // the planner's line, (token, position) pairs
 // Split-K's line, in (token, position) pairs. On fast memory (kFastMemoryEighths: the H200) the
-// sort repays later, measured at 16 heads with lists of at least 512 positions (docs/perf.md runs
-// 678-680, on / off in one call): bf16 lists of >= 2048 from 1.25 x 2^17 pairs (T = 80), of
-// 1024-2047 from 1.5 x 2^17 (T = 192 at 1024), the rest (bf16 lists of 512-1023, fp8) from 2^18.
-// Below those lines the sort cost 0.5-3 us on lists that share no rows, on fp8, on lists of 512
-// and on the half-wave lead plans, and tied on random lists of 2048 at T = 64-72. Elsewhere
-// (the H100, other head counts, shorter lists) the H100's line.
+// sort repays later or never (docs/perf.md runs 678-683, on / off in one call):
+// - at 16 heads, bf16 lists of >= 2048 from 1.25 x 2^17 pairs (T = 80), of 1024-2047 from
+//   1.5 x 2^17 (T = 192 at 1024), fp8 lists of >= 1024 from 2^18; below those lines it cost
+//   0.5-3 us on lists that share no rows, on fp8 and on the half-wave lead plans, and tied on
+//   random lists of 2048 at T = 64-72;
+// - lists shorter than 1024 never: it cost 1-14 % at every T measured, 16 heads lists of
+//   128-512 at T = 256-8192 (topk 512 T = 1024 random 170.6 / 167.1 bf16, 139.1 / 133.0 fp8;
+//   topk 128 T = 8192 421.5 / 382.5) and 32 heads lists of 128-512 at T = 1024-2048.
+// Elsewhere (the H100, 32+ heads with lists of >= 1024) the H100's line.
+inline constexpr int64_t kRowOrderNever = std::numeric_limits<int64_t>::max();
 inline constexpr int64_t split_k_row_order_min_pairs(bool fast_memory, int num_heads, int topk, bool fp8) {
-  if (!fast_memory || num_heads != kHeadGroup || topk < 512) return kRowOrderMinPairs;
+  if (!fast_memory) return kRowOrderMinPairs;
+  if (topk < 1024) return kRowOrderNever;
+  if (num_heads != kHeadGroup) return kRowOrderMinPairs;
   if (!fp8 && topk >= 2048) return int64_t{5} << 15;
-  if (!fp8 && topk >= 1024) return int64_t{3} << 16;
+  if (!fp8) return int64_t{3} << 16;
   return int64_t{1} << 18;
 }
 struct RowOrderKeyBits {
