@@ -105,22 +105,23 @@ inline constexpr int kRowOrderBucketBits = 6;
 inline constexpr int kRowOrderBuckets = 1 << kRowOrderBucketBits;  // row >> shift < kRowOrderBuckets for every row
 inline constexpr int64_t kRowOrderMinPairs = int64_t{1} << 17;  // the planner's line, (token, position) pairs
 // Split-K's line, in (token, position) pairs. On fast memory (kFastMemoryEighths: the H200) the
-// sort repays later or never (docs/perf.md runs 678-684, on / off in one call):
+// sort repays later or never (docs/perf.md runs 678-685, on / off in one call):
 // - at 16 heads, bf16 lists of >= 2048 from 1.25 x 2^17 pairs (T = 80), of 1024-2047 from
-//   1.5 x 2^17 (T = 192 at 1024); below those lines it cost 0.5-3 us on lists that share no
-//   rows and on the half-wave lead plans, and tied on random lists of 2048 at T = 64-72;
-// - lists shorter than 1024 never: it cost 1-14 % at every T measured, 16 heads lists of
-//   128-512 at T = 256-8192 (topk 512 T = 1024 random 170.6 / 167.1 bf16, 139.1 / 133.0 fp8;
-//   topk 128 T = 8192 421.5 / 382.5) and 32 heads lists of 128-512 at T = 300-2048;
-// - the rest (fp8, 32 heads' lists of 2049) from 2^18: below it fp8 lost up to 1.6 us, and 32
-//   heads' lists of 2049 0.1-3.3 us at T = 64 / 96.
+//   1.5 x 2^17 (T = 192 at 1024), fp8 lists of >= 1024 from 2^18; below those lines it cost
+//   0.5-3 us on lists that share no rows, on fp8 and on the half-wave lead plans, and tied on
+//   random lists of 2048 at T = 64-72;
+// - lists shorter than 1024, and 32-128 heads, never: it cost 1-14 % at every T measured, 16
+//   heads lists of 128-512 at T = 256-8192 (topk 512 T = 1024 random 170.6 / 167.1 bf16, 139.1 /
+//   133.0 fp8; topk 128 T = 8192 421.5 / 382.5), 32 heads lists of 128-512 at T = 300-2048,
+//   and lists of 2049 (split-K's only plans past 16 heads' long lists) at 32 heads T = 64-300
+//   and at 64 / 128 heads T = 64-256 (+1-9 %).
 // The H100 keeps its line of 2^17.
 inline constexpr int64_t kRowOrderNever = std::numeric_limits<int64_t>::max();
 inline constexpr int64_t split_k_row_order_min_pairs(bool fast_memory, int num_heads, int topk, bool fp8) {
   if (!fast_memory) return kRowOrderMinPairs;
-  if (topk < 1024) return kRowOrderNever;
-  if (num_heads == kHeadGroup && !fp8) return topk >= 2048 ? int64_t{5} << 15 : int64_t{3} << 16;
-  return int64_t{1} << 18;
+  if (num_heads != kHeadGroup || topk < 1024) return kRowOrderNever;
+  if (fp8) return int64_t{1} << 18;
+  return topk >= 2048 ? int64_t{5} << 15 : int64_t{3} << 16;
 }
 
 struct RowOrderKeyBits {

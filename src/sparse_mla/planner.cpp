@@ -676,7 +676,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // Row order (SparseMlaPlan::row_order): random lists at 16 heads T = 64 / 96 / 256 / 1024
   // 71.6 / 99.7 / 218.0 / 829.0 -> 70.4 / 92.9 / 159.8 / 608.9 us; T = 16 / 32 +1.5 us, lists
   // that share no rows (runs, T = 1024) +1 % (docs/perf.md runs 143-144). On fast memory later
-  // (params.h split_k_row_order_min_pairs).
+  // or never (params.h split_k_row_order_min_pairs).
   plan.row_order = resolve_row_order(choice, true, true, num_tokens, topk, sharing,
                                      detail::split_k_row_order_min_pairs(c.fast_memory, num_heads, topk, fp8));
   // Split softmax (SparseMlaPlan::split_softmax): on fast memory, or where every CTA takes a split

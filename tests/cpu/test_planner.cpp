@@ -217,8 +217,8 @@ TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
   EXPECT_TRUE(plan_sparse_mla(1024, 16, 2048, kH100).row_order);
   EXPECT_TRUE(plan_sparse_mla(512, 16, 256, kH100).row_order);
   // On fast memory the sort repays later (params.h split_k_row_order_min_pairs): at 16 heads bf16
-  // lists of 2048 from 1.25 x 2^17 pairs, of 1024 from 1.5 x 2^17, fp8 and 32 heads from 2^18;
-  // lists shorter than 1024 never.
+  // lists of 2048 from 1.25 x 2^17 pairs, of 1024 from 1.5 x 2^17, fp8 from 2^18; lists shorter
+  // than 1024 and 32-128 heads never.
   EXPECT_FALSE(plan_sparse_mla(64, 16, 2048, kH200).row_order);
   EXPECT_FALSE(plan_sparse_mla(79, 16, 2048, kH200).row_order);
   EXPECT_TRUE(plan_sparse_mla(80, 16, 2048, kH200).row_order);
@@ -236,8 +236,9 @@ TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
   EXPECT_TRUE(plan_sparse_mla(1100, 32, 512, kH100).row_order);
   EXPECT_FALSE(plan_sparse_mla(1100, 32, 512, kH200).row_order);
   EXPECT_TRUE(plan_sparse_mla(64, 32, 2049, kH100).row_order);
-  EXPECT_FALSE(plan_sparse_mla(127, 32, 2049, kH200).row_order);  // 32 heads: from 2^18
-  EXPECT_TRUE(plan_sparse_mla(128, 32, 2049, kH200).row_order);
+  EXPECT_FALSE(plan_sparse_mla(300, 32, 2049, kH200).row_order);  // 32-128 heads: never
+  EXPECT_TRUE(plan_sparse_mla(128, 64, 2049, kH100).row_order);
+  EXPECT_FALSE(plan_sparse_mla(128, 64, 2049, kH200).row_order);
   EXPECT_TRUE(plan_sparse_mla(1024, 16, 2048, kH200).row_order);
   EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, {}, IndexSharing::none).row_order);         // nothing to share
   EXPECT_FALSE(plan_sparse_mla(1024, 16, 2048, kH100, {}, IndexSharing::consecutive).row_order);  // shared rows' unions
