@@ -107,9 +107,10 @@ inline constexpr int64_t kRowOrderMinPairs = int64_t{1} << 17;  // the planner's
 // Split-K's line, in (token, position) pairs. On fast memory (kFastMemoryEighths: the H200) the
 // sort repays later or never (docs/perf.md runs 678-685, on / off in one call):
 // - at 16 heads, bf16 lists of >= 2048 from 1.25 x 2^17 pairs (T = 80), of 1024-2047 from
-//   1.5 x 2^17 (T = 192 at 1024), fp8 lists of >= 1024 from 2^18; below those lines it cost
-//   0.5-3 us on lists that share no rows, on fp8 and on the half-wave lead plans, and tied on
-//   random lists of 2048 at T = 64-72;
+//   1.5 x 2^17 (T = 192 at 1024); fp8 lists of >= 2048 from 2^18 (T = 128), of 1024-2047 from
+//   1.75 x 2^17 (T = 224 at 1024: T = 200 tied, T = 240 lost 1.0 us without it); below those
+//   lines it cost 0.5-3 us on lists that share no rows, on fp8 and on the half-wave lead plans,
+//   and tied on random lists of 2048 at T = 64-72;
 // - lists shorter than 1024, and 32-128 heads, never: it cost 1-14 % at every T measured, 16
 //   heads lists of 128-512 at T = 256-8192 (topk 512 T = 1024 random 170.6 / 167.1 bf16, 139.1 /
 //   133.0 fp8; topk 128 T = 8192 421.5 / 382.5), 32 heads lists of 128-512 at T = 300-2048,
@@ -120,7 +121,7 @@ inline constexpr int64_t kRowOrderNever = std::numeric_limits<int64_t>::max();
 inline constexpr int64_t split_k_row_order_min_pairs(bool fast_memory, int num_heads, int topk, bool fp8) {
   if (!fast_memory) return kRowOrderMinPairs;
   if (num_heads != kHeadGroup || topk < 1024) return kRowOrderNever;
-  if (fp8) return int64_t{1} << 18;
+  if (fp8) return topk >= 2048 ? int64_t{1} << 18 : int64_t{7} << 15;
   return topk >= 2048 ? int64_t{5} << 15 : int64_t{3} << 16;
 }
 

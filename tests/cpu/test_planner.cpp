@@ -217,8 +217,8 @@ TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
   EXPECT_TRUE(plan_sparse_mla(1024, 16, 2048, kH100).row_order);
   EXPECT_TRUE(plan_sparse_mla(512, 16, 256, kH100).row_order);
   // On fast memory the sort repays later (params.h split_k_row_order_min_pairs): at 16 heads bf16
-  // lists of 2048 from 1.25 x 2^17 pairs, of 1024 from 1.5 x 2^17, fp8 from 2^18; lists shorter
-  // than 1024 and 32-128 heads never.
+  // lists of 2048 from 1.25 x 2^17 pairs, of 1024 from 1.5 x 2^17, fp8 from 2^18 (lists of 1024
+  // from 1.75 x 2^17); lists shorter than 1024 and 32-128 heads never.
   EXPECT_FALSE(plan_sparse_mla(64, 16, 2048, kH200).row_order);
   EXPECT_FALSE(plan_sparse_mla(79, 16, 2048, kH200).row_order);
   EXPECT_TRUE(plan_sparse_mla(80, 16, 2048, kH200).row_order);
@@ -226,8 +226,8 @@ TEST(Planner, RowOrderFromEnoughPairsWithoutAHintAndWhenForced) {
   EXPECT_TRUE(plan_sparse_mla(128, 16, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).row_order);
   EXPECT_FALSE(plan_sparse_mla(191, 16, 1024, kH200).row_order);
   EXPECT_TRUE(plan_sparse_mla(192, 16, 1024, kH200).row_order);
-  EXPECT_FALSE(plan_sparse_mla(255, 16, 1024, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).row_order);
-  EXPECT_TRUE(plan_sparse_mla(256, 16, 1024, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).row_order);
+  EXPECT_FALSE(plan_sparse_mla(223, 16, 1024, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).row_order);
+  EXPECT_TRUE(plan_sparse_mla(224, 16, 1024, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).row_order);
   EXPECT_TRUE(plan_sparse_mla(512, 16, 512, kH100).row_order);
   EXPECT_FALSE(plan_sparse_mla(512, 16, 512, kH200).row_order);  // lists shorter than 1024: never
   EXPECT_FALSE(plan_sparse_mla(1400, 16, 512, kH200).row_order);
