@@ -808,6 +808,21 @@ TEST(Planner, ShortListsKeepSplitKWithoutTheConsecutiveHint) {
   for (int T : {133, 200, 300}) EXPECT_EQ(kernel(T, 32, 1024), SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(kernel(132, 32, 1024), SparseMlaKernel::shared_rows);  // one-token groups, one wave
   EXPECT_EQ(kernel(132, 32, 1023), SparseMlaKernel::split_k);
+  // On fast memory 32 heads' fp8 lists of 512-1023 keep split-K without the hint (planner.cpp,
+  // run 690); bf16 keeps its groups, the consecutive hint takes them with either format, and
+  // lists of 1024 take them whatever the format.
+  const auto on_h200 = [](int T, int topk, KvCacheFormat kv, IndexSharing sharing = IndexSharing::unknown) {
+    return plan_sparse_mla(T, 32, topk, kH200, {}, sharing, kv).kernel;
+  };
+  for (int topk : {512, 1023})
+    for (int T : {256, 512, 1024, 2048}) {
+      EXPECT_EQ(on_h200(T, topk, KvCacheFormat::fp8_ds_mla), SparseMlaKernel::split_k) << T << " " << topk;
+      EXPECT_EQ(on_h200(T, topk, KvCacheFormat::bf16), SparseMlaKernel::shared_rows) << T << " " << topk;
+      EXPECT_EQ(on_h200(T, topk, KvCacheFormat::fp8_ds_mla, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T << " " << topk;
+      EXPECT_EQ(plan_sparse_mla(T, 32, topk, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).kernel, SparseMlaKernel::shared_rows)
+          << T << " " << topk;
+    }
+  EXPECT_EQ(on_h200(1024, 1024, KvCacheFormat::fp8_ds_mla), SparseMlaKernel::shared_rows);
 }
 
 // At 64 and 128 heads a shared-rows CTA holds one token's 64 heads, so it reads each row once
