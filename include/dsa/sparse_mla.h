@@ -222,8 +222,8 @@ struct SparseMlaPlan {
   // planner's: on when the call holds >= 2^17 (token, position) pairs (over 150 MB of rows, 3x the L2) and the hint is unknown, for split_k and
   // for shared_rows at 64 heads (at 128 its main kernel is bound by its MMAs); off for none (no
   // row is shared) and consecutive (the rows are in L2 already). On fast memory (an H200) split_k
-  // at 16 heads with lists of >= 512 positions takes it later: bf16 lists of >= 2048 from
-  // 1.25 x 2^17 pairs, of >= 1024 from 1.5 x 2^17, the others from 2^18.
+  // sorts only at 16 heads with lists of >= 1024 positions, and later: bf16 lists of >= 2048 from
+  // 1.25 x 2^17 pairs, of 1024-2047 from 1.5 x 2^17; fp8 from 2^18, or 1.75 x 2^17 for 1024-2047.
   bool row_order = false;
   // split_k: each token's splits sized by its valid rows (decode batches of mixed lengths, where
   // the tokens with full lists would hold the call up while the CTAs of short ones idle). The

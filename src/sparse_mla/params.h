@@ -105,7 +105,7 @@ inline constexpr int kRowOrderBucketBits = 6;
 inline constexpr int kRowOrderBuckets = 1 << kRowOrderBucketBits;  // row >> shift < kRowOrderBuckets for every row
 inline constexpr int64_t kRowOrderMinPairs = int64_t{1} << 17;  // the planner's line, (token, position) pairs
 // Split-K's line, in (token, position) pairs. On fast memory (kFastMemoryEighths: the H200) the
-// sort repays later or never (docs/perf.md runs 678-685, on / off in one call):
+// sort repays later or never (docs/perf.md runs 678-689, on / off in one call):
 // - at 16 heads, bf16 lists of >= 2048 from 1.25 x 2^17 pairs (T = 80), of 1024-2047 from
 //   1.5 x 2^17 (T = 192 at 1024); fp8 lists of >= 2048 from 2^18 (T = 128), of 1024-2047 from
 //   1.75 x 2^17 (T = 224 at 1024: T = 200 tied, T = 240 lost 1.0 us without it); below those

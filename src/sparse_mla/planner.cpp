@@ -422,11 +422,12 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
     // 262.3 / 507.7 -> 126.9 / 186.4 / 247.5 / 490.3, runs 95.8 / 139.5 / 175.6 / 331.4 -> 87.6 /
     // 118.0 / 155.2 / 293.5 µs, where bf16's groups still win on random lists (131.6 / 189.7 /
     // 244.9 / 472.2 against 139.6 / 203.9 / 270.0 / 521.6) and tie on runs.
-    const bool fp8_short_lists_split_k = c.fast_memory && fp8 && sharing == IndexSharing::unknown;
+    const bool fp8_short_lists_keep_split_k =
+        c.fast_memory && fp8 && sharing == IndexSharing::unknown && topk < detail::kSharedRowsLongList;
     pick.pays = hint_allows && (!fp8 && topk >= detail::kSharedRowsLongList
                                     ? shared_rows_head_blocks > split_k_slots  // head blocks = split-K's CTAs of one split
                                     : num_tokens >= detail::kSharedRowsMinTokens32Heads && shared_rows_fills_waves &&
-                                          !(topk < detail::kSharedRowsLongList && fp8_short_lists_split_k));
+                                          !fp8_short_lists_keep_split_k);
     // Below that line, lists of >= 1024 in one wave of one-token groups, whatever the hint:
     // each row read once per token (split-K: twice) at the price of 32 idle MMA rows. Past it,
     // up to 1.7 waves, one-token groups as at 64 heads (tail_splits), and past half a wave with

@@ -723,8 +723,8 @@ TEST(Planner, BfloatTailsTakeTwoRoundsOnFasterMemory) {
   for (auto [T, H, topk] : {std::tuple{420, 16, 1024}, std::tuple{420, 16, 512}, std::tuple{210, 32, 1024}}) {
     SparseMlaPlan a = plan_sparse_mla(T, H, topk, kH100);
     const SparseMlaPlan b = plan_sparse_mla(T, H, topk, h200);
-    // Lists of 512 at 16 heads (sorted on the H100): the H200 sorts their rows from 2^18 pairs
-    // only (T >= 512); the others alike.
+    // Lists of 512 at 16 heads (sorted on the H100): the H200 never sorts lists shorter than
+    // 1024; the others alike.
     EXPECT_EQ(b.row_order, topk == 512 ? false : a.row_order) << T << " " << H << " " << topk;
     if (topk == 512) EXPECT_TRUE(a.row_order) << T;
     a.row_order = b.row_order;
@@ -775,7 +775,7 @@ TEST(Planner, SplitKHalfWaveLeadFromFourLaterSplitsOnFastMemory) {
       EXPECT_EQ(p.splits, splits) << T;
       EXPECT_EQ(p.ctas, 264 + (T - 132) * splits) << T;
       // Lists of 1024 split alike on both; the H200 sorts their rows from 1.5 x 2^17 pairs (bf16,
-      // T >= 192) or 2^18 (fp8) only (RowOrderFromEnoughPairsWithoutAHintAndWhenForced).
+      // T >= 192) or 1.75 x 2^17 (fp8, T >= 224) only (RowOrderFromEnoughPairsWithoutAHintAndWhenForced).
       SparseMlaPlan h100_1024 = plan_sparse_mla(T, 16, 1024, kH100, {}, IndexSharing::unknown, kv);
       const SparseMlaPlan h200_1024 = plan_sparse_mla(T, 16, 1024, h200, {}, IndexSharing::unknown, kv);
       EXPECT_TRUE(h100_1024.row_order) << T;
