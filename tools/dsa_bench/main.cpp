@@ -1041,11 +1041,13 @@ int run_inspect(const Options& o, int tokens_shown) {
                 unique_bytes <= l2_bytes ? "within" : "beyond", static_cast<long long>(l2_bytes >> 20));
     static_assert(analysis::kGroupTokens == detail::kSharedRowsBlocks, "the analysis groups tokens as the kernel does at 16 heads");
     // Where shared rows (the consecutive hint) won: it depends on where the rows lie too, since
-    // split-K reads the repeats of an L2-resident prefix from L2 (perf.md runs 118, 528, 555).
-    std::printf("         %d-token groups: unions of %.1f%% of their valid entries (100%%: no sharing; bf16 shared "
-                "rows won at ~60%% (MTP batches) and at 25-67%% on prefixes, came out even at ~67-88%% between "
-                "waves and at ~80%% on prefixes, lost at ~91%%; an fp8_ds_mla cache's came out even at ~50-55%% "
-                "and lost above; perf.md runs 118, 528, 555)\n",
+    // split-K reads the repeats of an L2-resident prefix from L2 (perf.md runs 118, 528, 555; on
+    // the H200, prefixes and random lists of 512-2048 at T = 2048, runs 686-687).
+    std::printf("         %d-token groups: unions of %.1f%% of their valid entries (100%%: no sharing; on an H100 bf16 "
+                "shared rows won at ~60%% (MTP batches) and at 25-67%% on prefixes, came out even at ~67-88%% "
+                "between waves and at ~80%% on prefixes, lost at ~91%%; on an H200 they won up to ~65%% and lost "
+                "from ~77%%; an fp8_ds_mla cache's came out even at ~50-55%% and lost above; perf.md runs 118, "
+                "528, 555, 686-687)\n",
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
     const int list_length = resolve_list_length(o, c.name, s.topk, sum.list_length - 1);
     if (list_length < s.topk) std::printf("--list-length %s: planned as topk %d\n", o.list_length.c_str(), list_length);
