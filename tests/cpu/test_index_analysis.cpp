@@ -70,6 +70,27 @@ TEST(IndexAnalysis, UnionsOfFourTokenGroups) {
   EXPECT_EQ(u1[5], (std::vector<int32_t>{1, 2}));
   EXPECT_THROW(analysis::group_unions(idx, 6, 3, 100, 0), Error);
   EXPECT_THROW(analysis::group_unions(idx, 5, 3, 100, 4), Error);
+  // Sampled: as many samples as groups (or more) read every group; one sample reads the middle
+  // group of the one span, here the second (rows 7, 7, 1, 2, 9: 4 distinct of 5).
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 6, 3, 100, 2), 8.0 / 13.0, 1e-12);
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 6, 3, 100, 64), 8.0 / 13.0, 1e-12);
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 6, 3, 100, 1), 4.0 / 5.0, 1e-12);
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 6, 3, 8, 1), 3.0 / 4.0, 1e-12);  // 9 is past num_rows
+  EXPECT_EQ(analysis::sampled_group_union_ratio(std::vector<int32_t>(12, -1), 4, 3, 100, 1), 1.0);
+  EXPECT_THROW(analysis::sampled_group_union_ratio(idx, 6, 3, 100, 0), Error);
+  EXPECT_THROW(analysis::sampled_group_union_ratio(idx, 5, 3, 100, 1), Error);
+}
+
+// Sampled groups spread over the call: 8 groups of 4 tokens, the first half listing one shared
+// row each (unions of 1 in 4), the second half distinct rows (4 in 4). Two samples take groups
+// 2 and 6, one of each half: 5 of 8; four take 1, 3, 5, 7: 10 of 16; one takes group 4.
+TEST(IndexAnalysis, SampledGroupsSpreadOverTheCall) {
+  std::vector<int32_t> idx(32);
+  for (int t = 0; t < 32; ++t) idx[t] = t < 16 ? t / 4 : 100 + t;
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 32, 1, 1000, 2), 5.0 / 8.0, 1e-12);
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 32, 1, 1000, 4), 10.0 / 16.0, 1e-12);
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 32, 1, 1000, 8), 20.0 / 32.0, 1e-12);
+  EXPECT_NEAR(analysis::sampled_group_union_ratio(idx, 32, 1, 1000, 1), 4.0 / 4.0, 1e-12);  // group 4
 }
 
 }  // namespace

@@ -54,21 +54,40 @@ static void check_shape(const std::vector<int32_t>& indices, int num_tokens, int
     throw Error("analysis: indices do not match [num_tokens, topk]");
 }
 
+// The valid rows of tokens [t0, t1), ascending and distinct; `entries` counts them before that.
+static std::vector<int32_t> union_of_tokens(const std::vector<int32_t>& indices, int topk, int64_t num_rows, int t0, int t1,
+                                            int64_t* entries = nullptr) {
+  std::vector<int32_t> u;
+  for (size_t i = size_t(t0) * topk; i < size_t(t1) * topk; ++i)
+    if (indices[i] >= 0 && indices[i] < num_rows) u.push_back(indices[i]);
+  if (entries) *entries += static_cast<int64_t>(u.size());
+  std::sort(u.begin(), u.end());
+  u.erase(std::unique(u.begin(), u.end()), u.end());
+  return u;
+}
+
 std::vector<std::vector<int32_t>> group_unions(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows,
                                                int group) {
   check_shape(indices, num_tokens, topk);
   if (group < 1) throw Error("analysis: group must be >= 1");
-  std::vector<std::vector<int32_t>> unions((num_tokens + group - 1) / group);
-  for (int t = 0; t < num_tokens; ++t)
-    for (int k = 0; k < topk; ++k) {
-      const int32_t r = indices[size_t(t) * topk + k];
-      if (r >= 0 && r < num_rows) unions[t / group].push_back(r);
-    }
-  for (std::vector<int32_t>& u : unions) {
-    std::sort(u.begin(), u.end());
-    u.erase(std::unique(u.begin(), u.end()), u.end());
-  }
+  std::vector<std::vector<int32_t>> unions;
+  for (int t = 0; t < num_tokens; t += group)
+    unions.push_back(union_of_tokens(indices, topk, num_rows, t, std::min(num_tokens, t + group)));
   return unions;
+}
+
+double sampled_group_union_ratio(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int samples) {
+  check_shape(indices, num_tokens, topk);
+  if (samples < 1) throw Error("analysis: samples must be >= 1");
+  const int64_t groups = (int64_t{num_tokens} + kGroupTokens - 1) / kGroupTokens;
+  const int64_t n = std::min<int64_t>(samples, groups);
+  int64_t union_rows = 0, entries = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int t0 = static_cast<int>((2 * i + 1) * groups / (2 * n) * kGroupTokens);
+    union_rows += static_cast<int64_t>(
+        union_of_tokens(indices, topk, num_rows, t0, std::min(num_tokens, t0 + kGroupTokens), &entries).size());
+  }
+  return entries > 0 ? double(union_rows) / double(entries) : 1.0;
 }
 
 Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,

@@ -53,6 +53,11 @@ TokenStats analyze_token(const int32_t* indices, int topk, int64_t num_rows, int
 // in row order.
 std::vector<std::vector<int32_t>> group_unions(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows,
                                                int group);
+// group_union_ratio over `samples` groups of kGroupTokens tokens spread evenly over the call (the
+// middle group of each of `samples` equal spans; all groups when there are fewer): what a probe
+// that reads only those groups would estimate (docs/design.md, unhinted 16 heads past T = 2048).
+// 1 when the sampled groups hold no valid entry.
+double sampled_group_union_ratio(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int samples);
 Summary summarize(const std::vector<int32_t>& indices, int num_tokens, int topk, int64_t num_rows, int page_size,
                   std::vector<TokenStats>* per_token = nullptr);
 

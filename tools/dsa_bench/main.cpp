@@ -45,6 +45,9 @@ namespace dsa::bench {
 namespace {
 
 constexpr int kRowBytes = (kCkvDim + kKpeDim) * 2;  // 1152 B gathered per index entry
+// Groups of 4 tokens `inspect` samples for its probe estimate (16: within 0.2 points of the full
+// share on every case of perf.md runs 686-687).
+constexpr int kInspectSampledGroups = 16;
 
 struct Options : TimingOptions {
   std::string suite = "targets";
@@ -1049,6 +1052,9 @@ int run_inspect(const Options& o, int tokens_shown) {
                 "from ~77%%; an fp8_ds_mla cache's came out even at ~50-55%% and lost above; perf.md runs 118, "
                 "528, 555, 686-687)\n",
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
+    // What a probe reading a few groups would see (docs/design.md: a next design for unhinted calls).
+    std::printf("         sampled: %d groups spread over the call give %.1f%%\n", kInspectSampledGroups,
+                100.0 * analysis::sampled_group_union_ratio(idx, s.num_tokens, s.topk, rows, kInspectSampledGroups));
     const int list_length = resolve_list_length(o, c.name, s.topk, sum.list_length - 1);
     if (list_length < s.topk) std::printf("--list-length %s: planned as topk %d\n", o.list_length.c_str(), list_length);
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o, c));
