@@ -309,6 +309,18 @@ void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int
 int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int topk,
                                    int64_t token_stride, int64_t num_rows);
 
+// How much consecutive tokens share, sampled: adds to d_counts[0] the distinct valid rows and to
+// d_counts[1] the valid entries of `samples` groups of 4 consecutive tokens spread evenly over
+// indices[T, topk] (the middle group of each of `samples` equal spans; every group when there
+// are fewer). d_counts[0] / d_counts[1] is the share of its entries a group's union keeps (1: no
+// sharing, 0.25: 4 identical lists), what decides whether shared rows (IndexSharing::consecutive)
+// pay at 16 heads: on an H200 they won up to ~65 % and lost from ~77 %, on an H100 they came out
+// even at ~80 % on prefixes (docs/perf.md runs 555, 686-687). 16 samples came within 0.2 points
+// of every group's share there. d_counts: device int64 [2], zeroed by the caller; topk <= 2048;
+// samples >= 1; one CTA per sample, asynchronous on `stream`.
+void sample_group_sharing(const int32_t* indices, int num_tokens, int topk, int64_t token_stride, int64_t num_rows,
+                          int samples, long long* d_counts, cudaStream_t stream);
+
 // A deliberately simple fp32 GPU kernel (one block per token and head, obvious loops) that
 // verifies cases too large for the CPU reference. Allocates its own scratch; not for speed.
 void sparse_mla_reference_gpu(const SparseMlaProblem& problem, cudaStream_t stream);

@@ -561,6 +561,9 @@ void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits
 void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
                                   int64_t token_stride, int64_t num_rows, long long* d_count,
                                   cudaStream_t stream);
+// sample_group_sharing's kernel (share_probe.cu): one CTA per sampled 4-token group.
+void launch_share_probe(const int32_t* indices, int num_tokens, int topk, int64_t token_stride, int64_t num_rows,
+                        int samples, long long* d_counts, cudaStream_t stream);
 // sparse_mla_forward with a dissection stage (dsa-bench --stage); kStageFull is the real call.
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline = nullptr);

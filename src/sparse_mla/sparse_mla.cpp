@@ -382,6 +382,17 @@ void count_invalid_indices(const int32_t* indices, int num_tokens, int topk, int
   detail::launch_count_invalid_indices(indices, num_tokens, topk, token_stride, num_rows, d_count, stream);
 }
 
+void sample_group_sharing(const int32_t* indices, int num_tokens, int topk, int64_t token_stride, int64_t num_rows,
+                          int samples, long long* d_counts, cudaStream_t stream) {
+  validate_index_shape(num_tokens, topk);
+  require_pointer(indices, "indices", 4);
+  require_pointer(d_counts, "d_counts", 8);
+  if (topk > SparseMlaPlan::kMaxChunk) fail("topk", "sample_group_sharing needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
+  if (token_stride < topk) fail("token_stride", "must be >= topk");
+  if (samples < 1) fail("samples", "must be >= 1");
+  detail::launch_share_probe(indices, num_tokens, topk, token_stride, num_rows, samples, d_counts, stream);
+}
+
 int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,
                                    int64_t num_rows) {
   validate_index_shape(num_tokens, topk);

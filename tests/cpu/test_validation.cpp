@@ -371,6 +371,25 @@ TEST(Validate, Fp8ForwardRefusesOtherSplitKTiles) {
   EXPECT_NE(small.find("32- or 64-row tiles"), std::string::npos) << small;
 }
 
+// Each bad argument is refused by name before anything is launched (the GPU test checks the counts).
+TEST(SampleGroupSharing, RefusesBadArguments) {
+  alignas(16) static int32_t idx[2 * 2049];
+  alignas(16) static long long counts[2];
+  const auto refuses = [](const char* name, auto&& call) {
+    const std::string m = testing::error_message(call);
+    EXPECT_NE(m.find(name), std::string::npos) << m;
+  };
+  refuses("topk", [&] { sample_group_sharing(idx, 2, 2049, 2049, 100, 4, counts, nullptr); });  // past one CTA's set
+  refuses("topk", [&] { sample_group_sharing(idx, 2, 0, 1, 100, 4, counts, nullptr); });
+  refuses("samples", [&] { sample_group_sharing(idx, 2, 2048, 2048, 100, 0, counts, nullptr); });
+  refuses("token_stride", [&] { sample_group_sharing(idx, 2, 2048, 2047, 100, 1, counts, nullptr); });
+  refuses("indices", [&] { sample_group_sharing(nullptr, 2, 2048, 2048, 100, 1, counts, nullptr); });
+  refuses("d_counts", [&] { sample_group_sharing(idx, 2, 2048, 2048, 100, 1, nullptr, nullptr); });
+  refuses("d_counts", [&] {
+    sample_group_sharing(idx, 2, 2048, 2048, 100, 1, reinterpret_cast<long long*>(reinterpret_cast<char*>(counts) + 4), nullptr);
+  });
+}
+
 TEST(CountInvalid, CountsEntriesOutsideMinusOneToRows) {
   const std::vector<int32_t> idx = {-1, 0, 9, 10, -2, 5, 1 << 30, -1};  // rows = 10
   EXPECT_EQ(count_invalid_indices_host(idx.data(), 2, 4, 4, 10), 3);

@@ -22,6 +22,7 @@
 #include "device_buffer.h"
 #include "error_message.h"
 #include "host_problem.h"
+#include "index_analysis.h"
 
 namespace dsa {
 namespace {
@@ -1930,6 +1931,52 @@ TEST_F(Gpu, CountInvalidIndicesMatchesHost) {
   const long long got = count.get()[0];
   EXPECT_EQ(got, count_invalid_indices_host(idx.data(), 37, 999, 999, 50 * 64));
   EXPECT_GT(got, 0);
+}
+
+// sample_group_sharing against the host analysis (tools/common/index_analysis.h) on the same
+// sampled groups: the ratio to 1e-12, and with a sample per group (or more) both counts exactly.
+// Lists of 1 to 2048 positions, strided lists, a last group of fewer tokens, padding, duplicates,
+// out-of-range rows, lists that share most rows and none.
+TEST_F(Gpu, SampledGroupSharingMatchesTheHostAnalysis) {
+  struct Case {
+    int T, topk;
+    IndexPattern pattern;
+    int prefix_len, stride_pad;
+  };
+  int seed = 11;
+  for (const Case& c : {Case{2048, 512, IndexPattern::shared_prefix, 2048, 0}, Case{2048, 2048, IndexPattern::random, 0, 0},
+                        Case{7, 2048, IndexPattern::shared_prefix, 4096, 3}, Case{37, 999, IndexPattern::out_of_range, 0, 5},
+                        Case{41, 63, IndexPattern::duplicates, 0, 1}, Case{9, 300, IndexPattern::padding_middle, 0, 0},
+                        Case{16, 1, IndexPattern::runs, 0, 2}, Case{12, 128, IndexPattern::all_padding, 0, 0},
+                        Case{1, 2048, IndexPattern::single_valid, 0, 0}}) {
+    workload::IndexSpec spec;
+    spec.pattern = c.pattern;
+    spec.num_tokens = c.T;
+    spec.topk = c.topk;
+    spec.num_pages = 200;
+    if (c.prefix_len > 0) spec.prefix_len = c.prefix_len;
+    const std::vector<int32_t> idx = workload::make_indices(spec, seed++);
+    const int64_t rows = int64_t{spec.num_pages} * spec.page_size, stride = c.topk + c.stride_pad;
+    std::vector<int32_t> strided(size_t(c.T) * stride, 12345);  // the pad: a valid row, never to be read
+    for (int t = 0; t < c.T; ++t) std::copy_n(idx.begin() + size_t(t) * c.topk, c.topk, strided.begin() + size_t(t) * stride);
+    DeviceBuffer<int32_t> di(strided);
+    const analysis::Summary sum = analysis::summarize(idx, c.T, c.topk, rows, spec.page_size);
+    for (int samples : {1, 16, 100000}) {
+      DeviceBuffer<long long> counts(2);
+      CUDA_OK(cudaMemset(counts.ptr, 0, 16));
+      sample_group_sharing(di.ptr, c.T, c.topk, stride, rows, samples, counts.ptr, nullptr);
+      const std::vector<long long> got = counts.get();
+      const std::string what = "T " + std::to_string(c.T) + " topk " + std::to_string(c.topk) + " " +
+                               workload::to_string(c.pattern) + " samples " + std::to_string(samples);
+      const double host = analysis::sampled_group_union_ratio(idx, c.T, c.topk, rows, samples);
+      EXPECT_LE(got[0], got[1]) << what;
+      EXPECT_NEAR(got[1] > 0 ? double(got[0]) / double(got[1]) : 1.0, host, 1e-12) << what;
+      if (samples >= (c.T + 3) / 4) {
+        EXPECT_EQ(got[0], sum.group_union_rows) << what;
+        EXPECT_EQ(got[1], sum.valid) << what;
+      }
+    }
+  }
 }
 
 TEST_F(Gpu, ForwardRejectsAPlanForAnotherShapeAndASmallWorkspace) {

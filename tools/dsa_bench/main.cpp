@@ -1053,8 +1053,26 @@ int run_inspect(const Options& o, int tokens_shown) {
                 "528, 555, 686-687)\n",
                 analysis::kGroupTokens, 100.0 * sum.group_union_ratio());
     // What a probe reading a few groups would see (docs/design.md: a next design for unhinted calls).
-    std::printf("         sampled: %d groups spread over the call give %.1f%%\n", kInspectSampledGroups,
+    std::printf("         sampled: %d groups spread over the call give %.1f%%", kInspectSampledGroups,
                 100.0 * analysis::sampled_group_union_ratio(idx, s.num_tokens, s.topk, rows, kInspectSampledGroups));
+    if (devices > 0 && s.topk <= SparseMlaPlan::kMaxChunk && s.num_tokens > 0) {
+      // The same on the device (sample_group_sharing), and its time: one kernel, timed as the
+      // forward calls are (--timer, --reps, the L2 flushed unless --no-flush).
+      DevicePtr d_idx(device_copy(idx));
+      DevicePtr d_counts = device_alloc(2 * sizeof(long long));
+      const auto probe = [&] {
+        sample_group_sharing(static_cast<const int32_t*>(d_idx.get()), s.num_tokens, s.topk, s.topk, rows,
+                             kInspectSampledGroups, static_cast<long long*>(d_counts.get()), nullptr);
+      };
+      DSA_CUDA_CHECK(cudaMemset(d_counts.get(), 0, 2 * sizeof(long long)));
+      probe();
+      const std::vector<long long> counts = host_copy(static_cast<const long long*>(d_counts.get()), 2);
+      KernelTimer timer(nullptr, !o.no_flush);
+      const Timing t = timer.time(parse_timer(o.timer), probe, 1, o.reps, o.warmup);
+      std::printf("; on the device (sample_group_sharing) %.1f%% in %.1f us (%s, median of %d)",
+                  counts[1] > 0 ? 100.0 * double(counts[0]) / double(counts[1]) : 100.0, t.median_us, to_string(t.timer), t.reps);
+    }
+    std::printf("\n");
     const int list_length = resolve_list_length(o, c.name, s.topk, sum.list_length - 1);
     if (list_length < s.topk) std::printf("--list-length %s: planned as topk %d\n", o.list_length.c_str(), list_length);
     const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o, c));
