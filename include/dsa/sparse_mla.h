@@ -181,7 +181,8 @@ struct SparseMlaPlan {
   int launches = 0;      // kernels one forward call launches, in stream order (profilers group by it):
                          // split_k 1, + 1 combine when splits > 1; shared_rows: the union pass if
                          // any, the order pass (one split, union pass), main, + 1 combine (splits > 1);
-                         // + 1 combine for lead tokens in lead_splits > 1
+                         // + 1 combine for lead tokens in lead_splits > 1; + 2 with share_probe
+                         // (the probe first, split_k last)
   // With splits > 1: a token with at most this many valid indices is finished by its first
   // split alone, with no merge (each CTA counts the token's valid indices on the device; the
   // others and the combine skip it). 0: off (splits == 1; split_k: topk > kMaxChunk or a chunk
@@ -249,11 +250,26 @@ struct SparseMlaPlan {
   // split (H100: T = 8 runs / T = 64 random -2 / -1 %, against +4 % unsplit at T = 1024 random);
   // docs/perf.md runs 548 and 550.
   bool split_softmax = false;
+  // Unhinted (IndexSharing::unknown) 16-head bf16 calls where the planner takes shared rows
+  // (T >= 2048, lists of >= 512): whether they pay depends on how many rows consecutive tokens
+  // share, which the planner cannot see (H200: split-K 12-26 % faster where tokens share little,
+  // shared rows 7-59 % where they share most; docs/perf.md runs 685-687). With line_permille > 0
+  // the forward first samples the share on the device (16 groups of 4 tokens, as
+  // sample_group_sharing), then launches this plan's shared-rows kernels and a one-split split_k
+  // plan with the tiles, row order and split softmax below; the CTAs of the kernel not chosen
+  // leave at once. Shared rows run where the groups' unions keep at most line_permille / 1000
+  // of their entries (the planner's: 710 on fast memory, 800 else); otherwise split_k. The
+  // caller's hint (consecutive, none) or a forced kernel turns it off.
+  struct ShareProbe {
+    int line_permille = 0;  // 0: off
+    int split_k_block_keys = 0;
+    bool split_k_row_order = false, split_k_split_softmax = false;
+  } share_probe;
   size_t schedule_bytes = 0;  // balanced: the schedule buffer make_sparse_mla_schedule fills; else 0
   // split_k: a partial per split (bf16 output, fp32 lse: 1028 bytes per head), 0 when
   // splits == 1; shared_rows: with a union pass each group's row
   // union (48 KB per group at topk 2048), its size and the order the groups run in, then the
-  // partials of its splits when splits > 1.
+  // partials of its splits when splits > 1; with share_probe, then the probe's counts.
   size_t workspace_bytes = 0;
   static constexpr int kMaxChunk = 2048;
   static constexpr int kMaxSplits = 4096;
@@ -315,9 +331,11 @@ int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int t
 // are fewer). d_counts[0] / d_counts[1] is the share of its entries a group's union keeps (1: no
 // sharing, 0.25: 4 identical lists), what decides whether shared rows (IndexSharing::consecutive)
 // pay at 16 heads: on an H200 they won up to ~65 % and lost from ~77 %, on an H100 they came out
-// even at ~80 % on prefixes (docs/perf.md runs 555, 686-687). 16 samples came within 0.2 points
-// of every group's share there. d_counts: device int64 [2], zeroed by the caller; topk <= 2048;
-// samples >= 1; one CTA per sample, asynchronous on `stream`.
+// even at ~80 % on prefixes (docs/perf.md runs 555, 686-687). The forward's share probe
+// (SparseMlaPlan::share_probe) counts the same way. Exact for a cache of at most 2^17 rows;
+// above, each group's distinct rows are estimated from a 2^17-bit hash bitmap (linear counting:
+// a standard error of ~16 rows for a group of 8192 entries). d_counts: device int64 [2], zeroed
+// by the caller; topk <= 2048; samples >= 1; one CTA per sample, asynchronous on `stream`.
 void sample_group_sharing(const int32_t* indices, int num_tokens, int topk, int64_t token_stride, int64_t num_rows,
                           int samples, long long* d_counts, cudaStream_t stream);
 

@@ -38,6 +38,11 @@ inline size_t shared_rows_workspace_for(int num_tokens, int num_heads, int topk,
          workspace_for(num_tokens, num_heads, splits, lead_tokens, lead_splits);
 }
 
+// A share-probe plan's (SparseMlaPlan::share_probe): the shared-rows workspace, then from the
+// next 16-byte boundary the probe's (distinct, valid) pair of each sampled group.
+inline size_t share_probe_pairs_offset(size_t shared_rows_bytes) { return (shared_rows_bytes + 15) / 16 * 16; }
+inline constexpr size_t kShareProbePairsBytes = kShareProbeSamples * 2 * sizeof(int);
+
 // Split-K's chunk for `splits` splits of a topk list in tiles of block_keys rows (whole tiles).
 inline int splitk_chunk(int64_t topk, int64_t splits, int block_keys) {
   return static_cast<int>(std::min<int64_t>(SparseMlaPlan::kMaxChunk, ceil_div(ceil_div(topk, splits), block_keys) * block_keys));

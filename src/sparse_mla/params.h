@@ -70,6 +70,12 @@ struct SparseMlaParams {
   // tile landed, the loop, the stores.
   // Shared-rows: see SharedRowsTimeline in shared_rows_kernel.cu.
   long long* timeline;
+  // SparseMlaPlan::share_probe (share_line_permille 0: off): the probe's (distinct rows, valid
+  // entries) of each of share_samples sampled groups, written before this kernel starts. Both
+  // kernels are launched; each CTA sums them first and leaves at once unless its kernel is the
+  // one chosen (share_probe_picks_shared_rows, share_choice.cuh).
+  const int2* share_pairs;
+  int share_samples, share_line_permille;
 };
 
 inline constexpr int kTimelinePoints = 12;
@@ -433,6 +439,27 @@ inline constexpr int64_t kFastMemoryEighths = 10;
 // are then short enough that a partial wave costs little, while shared rows pay the union pass
 // and the masked MMA work per group whatever the list's length.
 inline constexpr int kSharedRowsMinList = 512;
+// The share probe (SparseMlaPlan::share_probe, sample_group_sharing; share_probe.cu): groups of
+// the shared-rows kernel's 4 tokens, kShareProbeSamples of them spread over the call, each
+// counted in a kShareProbeBits-bit bitmap. Shared rows run where the groups' unions keep at
+// most the line's share of their entries: on fast memory they won to 65 % and lost from 77 %
+// (docs/perf.md runs 686-687, H200), on the H100 they came out even at ~80 % (run 555).
+inline constexpr int kShareProbeGroupTokens = kSharedRowsBlocks;  // the tokens of a 16-head group
+inline constexpr int kShareProbeSamples = 16;
+inline constexpr int kShareProbeBitsLog2 = 17;
+inline constexpr int kShareProbeBits = 1 << kShareProbeBitsLog2;
+inline constexpr int kShareProbeLinePermille = 800;
+inline constexpr int kShareProbeLinePermilleFastMemory = 710;
+// The probe's groups: min(samples, groups of the call); sample i is the group in the middle of
+// the i-th of that many equal spans (tools/common/index_analysis's sampled_group_union_ratio).
+__host__ __device__ inline int64_t share_probe_groups(int num_tokens, int samples) {
+  const int64_t groups = (int64_t{num_tokens} + kShareProbeGroupTokens - 1) / kShareProbeGroupTokens;
+  return samples < groups ? samples : groups;
+}
+__host__ __device__ inline int share_probe_group_token(int64_t sample, int num_tokens, int64_t sampled_groups) {
+  const int64_t groups = (int64_t{num_tokens} + kShareProbeGroupTokens - 1) / kShareProbeGroupTokens;
+  return static_cast<int>((2 * sample + 1) * groups / (2 * sampled_groups) * kShareProbeGroupTokens);
+}
 // Its workspace: the union pass (shared_rows_kernel.cu) writes one record per group, which the
 // group's CTA of the main kernel reads: a 16-byte header (union entries, keys, whether entries
 // are words), then 4 topk + 32 uint32 (entry words padded to whole tiles, or the sorted keys),
@@ -561,9 +588,11 @@ void launch_sparse_mla_reference(const SparseMlaParams& p, float* scratch_logits
 void launch_count_invalid_indices(const int32_t* indices, int num_tokens, int topk,
                                   int64_t token_stride, int64_t num_rows, long long* d_count,
                                   cudaStream_t stream);
-// sample_group_sharing's kernel (share_probe.cu): one CTA per sampled 4-token group.
-void launch_share_probe(const int32_t* indices, int num_tokens, int topk, int64_t token_stride, int64_t num_rows,
-                        int samples, long long* d_counts, cudaStream_t stream);
+// The share probe (share_probe.cu): one CTA per sampled 4-token group; writes each group's
+// (distinct rows, valid entries) to pairs[sample] and/or adds them to sums[0], sums[1] (either
+// may be null). topk_lengths: as SparseMlaParams's (null: every list topk long).
+void launch_share_probe(const int32_t* indices, const int32_t* topk_lengths, int num_tokens, int topk, int64_t token_stride,
+                        int64_t num_rows, int samples, int2* pairs, long long* sums, cudaStream_t stream);
 // sparse_mla_forward with a dissection stage (dsa-bench --stage); kStageFull is the real call.
 void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPlan& plan, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream, int stage, long long* timeline = nullptr);

@@ -696,6 +696,33 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   return plan;
 }
 
+bool is_default(const PlanChoice& choice) {
+  return choice.block_keys == 0 && choice.splits == 0 && choice.kernel == PlanChoice::Kernel::planner && choice.fused_rows == 0 &&
+         choice.row_order == 0 && choice.balanced == 0 && choice.split_softmax == 0;
+}
+
+// SparseMlaPlan::share_probe: the planner's shared rows for an unhinted 16-head bf16 call, whose
+// worth depends on how many rows consecutive tokens share (the planner takes them from T = 2048,
+// the bet on prefill). On an H200 split-K won by 12-26 % on random lists, `sequences` and an
+// 8192-row prefix with lists shorter than 2048, shared rows by 7-59 % on prefixes of 1-2x the
+// list and lists of 2048 over 8192 rows; ordered by the 4-token groups' union share they won
+// wherever it was <= 65 % and lost from 77 % (docs/perf.md runs 685-687). On the H100 bf16 came
+// out even at ~80 % on prefixes (run 555) and split-K won random lists by 3-9 % (run 400). Both
+// halves run whole lists in one split (no combine, no partials): the kernels not chosen are
+// grids whose CTAs leave at once, the union pass's three or split-K's one.
+void add_share_probe(SparseMlaPlan& shared, const SparseMlaPlan& split_k, const PlannerContext& c) {
+  const bool fits = c.sharing == IndexSharing::unknown && c.num_heads == 16 && !c.fp8 && c.num_tokens > 0 && shared.union_pass &&
+                    shared.splits == 1 && shared.lead_tokens == 0 && split_k.splits == 1 && split_k.lead_tokens == 0 &&
+                    split_k.fused_rows == 0 && !split_k.balanced;
+  if (!fits) return;
+  shared.share_probe.line_permille = c.fast_memory ? detail::kShareProbeLinePermilleFastMemory : detail::kShareProbeLinePermille;
+  shared.share_probe.split_k_block_keys = split_k.block_keys;
+  shared.share_probe.split_k_row_order = split_k.row_order;
+  shared.share_probe.split_k_split_softmax = split_k.split_softmax;
+  shared.launches += 2;  // the probe, then split-K
+  shared.workspace_bytes = detail::share_probe_pairs_offset(shared.workspace_bytes) + detail::kShareProbePairsBytes;
+}
+
 }  // namespace
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
@@ -728,9 +755,14 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
   const bool planner_picks_shared_rows = choice.kernel == PlanChoice::Kernel::planner && choice.block_keys == 0 &&
                                          choice.splits == 0 && choice.balanced != 1 && choice.split_softmax == 0 && pick.pays && topk <= SparseMlaPlan::kMaxChunk &&
                                          detail::shared_rows_smem_bytes() <= dev.max_smem_per_block;
-  if (planner_picks_shared_rows || choice.kernel == PlanChoice::Kernel::shared_rows)
-    return plan_shared_rows(plan, choice, c, planner_picks_shared_rows ? &pick : nullptr);
-  return plan_split_k(plan, choice, c);
+  if (!planner_picks_shared_rows && choice.kernel != PlanChoice::Kernel::shared_rows) return plan_split_k(plan, choice, c);
+  SparseMlaPlan shared = plan_shared_rows(plan, choice, c, planner_picks_shared_rows ? &pick : nullptr);
+  if (planner_picks_shared_rows && is_default(choice)) {
+    PlanChoice whole_lists;  // split-K's half: without lead tokens, which would need a combine
+    whole_lists.fused_rows = -1;
+    add_share_probe(shared, plan_split_k(plan, whole_lists, c), c);
+  }
+  return shared;
 }
 
 }  // namespace dsa

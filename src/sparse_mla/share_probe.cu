@@ -1,8 +1,15 @@
-// The sampled share of 4-token groups' unions (sample_group_sharing in dsa/sparse_mla.h): how
-// many of a group's valid entries are distinct rows, what decides whether the shared-rows kernel
-// pays at 16 heads (its CTAs gather each group's union once). One CTA per sampled group: the
-// group's entries into registers (all loads in flight at once), then into a shared-memory hash
-// set, counting first insertions.
+// The sampled share of 4-token groups' unions (sample_group_sharing in dsa/sparse_mla.h, and the
+// forward's probe for SparseMlaPlan::share_probe): how many of a group's valid entries are
+// distinct rows, what decides whether the shared-rows kernel pays at 16 heads (its CTAs gather
+// each group's union once).
+//
+// One CTA per sampled group. Its entries are loaded with every load in flight, then each valid
+// one sets one bit of a 2^17-bit shared-memory bitmap (one atomicOr, no loop): the row itself
+// where the cache has at most 2^17 rows, so the count of set bits is exact; else a hash of it,
+// and the distinct rows are estimated from the bits left clear (linear counting, -m ln(clear /
+// m): at most 8192 entries in 131072 bits, a standard error of ~16 rows, 0.2 % of a full group).
+// Run 692 (H200) timed the first version, a shared-memory hash set with probing, at 8.8-87 µs:
+// 32 insertions per thread, each looping until every lane of its warp had found a free slot.
 #include <algorithm>
 #include <cstdint>
 
@@ -15,30 +22,26 @@
 namespace dsa::detail {
 namespace {
 
-constexpr int kProbeThreads = 256;
-constexpr int kProbeGroupTokens = kSharedRowsBlocks;                                   // 4 tokens per group, as the kernel's
-constexpr int kProbeItems = kProbeGroupTokens * SparseMlaPlan::kMaxChunk / kProbeThreads;  // entries per thread: 32
-constexpr int kProbeSlotBits = 14;  // 16384 slots for at most 8192 rows: the set at most half full
-constexpr int kProbeSlots = 1 << kProbeSlotBits;
-constexpr uint32_t kProbeEmpty = 0xffffffffu;  // no row is 2^32 - 1 (rows are int32)
-constexpr int kProbeItemsPerList = kProbeItems / kProbeGroupTokens;                    // 8
-static_assert(kProbeItems * kProbeThreads == kProbeGroupTokens * SparseMlaPlan::kMaxChunk, "whole lists per thread");
-static_assert(kProbeSlots >= 2 * kProbeItems * kProbeThreads, "the set stays at most half full");
+constexpr int kProbeThreads = 1024;
+constexpr int kProbeItems = kShareProbeGroupTokens * SparseMlaPlan::kMaxChunk / kProbeThreads;  // entries per thread: 8
+constexpr int kProbeItemsPerList = kProbeItems / kShareProbeGroupTokens;                        // 2
+constexpr int kProbeWords = kShareProbeBits / 32;
+static_assert(kProbeItems * kProbeThreads == kShareProbeGroupTokens * SparseMlaPlan::kMaxChunk, "whole lists per thread");
+static_assert(kProbeWords % kProbeThreads == 0, "whole words per thread");
 
-__global__ void __launch_bounds__(kProbeThreads) share_probe_kernel(const int32_t* indices, int num_tokens, int topk,
-                                                                    int64_t token_stride, int64_t num_rows, int samples,
-                                                                    unsigned long long* counts) {
-  extern __shared__ uint32_t s_set[];  // kProbeSlots
+__global__ void __launch_bounds__(kProbeThreads) share_probe_kernel(const int32_t* indices, const int32_t* topk_lengths,
+                                                                    int num_tokens, int topk, int64_t token_stride,
+                                                                    int num_rows, int samples, int2* pairs,
+                                                                    unsigned long long* sums) {
+  __shared__ uint32_t s_bits[kProbeWords];
   __shared__ int s_sum[2][kProbeThreads / 32];
-  const int64_t groups = (int64_t{num_tokens} + kProbeGroupTokens - 1) / kProbeGroupTokens;
-  const int64_t n = samples < groups ? samples : groups;
-  const int t0 = static_cast<int>((2 * int64_t{blockIdx.x} + 1) * groups / (2 * n) * kProbeGroupTokens);
-  const int tokens = num_tokens - t0 < kProbeGroupTokens ? num_tokens - t0 : kProbeGroupTokens;
-  // Every load issued before any is used: a thread reads positions threadIdx.x + 256 m of each
-  // of the group's lists.
+  const int64_t n = share_probe_groups(num_tokens, samples);
+  const int t0 = share_probe_group_token(blockIdx.x, num_tokens, n);
+  const int tokens = min(num_tokens - t0, kShareProbeGroupTokens);
+  // Every load issued before any is used: thread i reads positions i and i + 1024 of each list.
   int32_t rows[kProbeItems];
 #pragma unroll
-  for (int t = 0; t < kProbeGroupTokens; ++t) {
+  for (int t = 0; t < kShareProbeGroupTokens; ++t) {
     const int32_t* list = indices + (int64_t{t0} + t) * token_stride;
 #pragma unroll
     for (int m = 0; m < kProbeItemsPerList; ++m) {
@@ -46,49 +49,69 @@ __global__ void __launch_bounds__(kProbeThreads) share_probe_kernel(const int32_
       rows[t * kProbeItemsPerList + m] = t < tokens && k < topk ? __ldg(list + k) : -1;
     }
   }
-  for (int i = threadIdx.x; i < kProbeSlots; i += kProbeThreads) s_set[i] = kProbeEmpty;
+  int lengths[kShareProbeGroupTokens];
+#pragma unroll
+  for (int t = 0; t < kShareProbeGroupTokens; ++t) {
+    const int len = topk_lengths != nullptr && t < tokens ? __ldg(topk_lengths + t0 + t) : topk;
+    lengths[t] = min(max(len, 0), topk);
+  }
+#pragma unroll
+  for (int w = 0; w < kProbeWords / kProbeThreads; ++w) s_bits[threadIdx.x + w * kProbeThreads] = 0;
   __syncthreads();
-  int distinct = 0, valid = 0;
+  const bool exact = num_rows <= kShareProbeBits;  // a bit per row
+  int valid = 0;
 #pragma unroll
   for (int j = 0; j < kProbeItems; ++j) {
+    const int t = j / kProbeItemsPerList, k = static_cast<int>(threadIdx.x) + (j % kProbeItemsPerList) * kProbeThreads;
     const int32_t r = rows[j];
-    if (r < 0 || r >= num_rows) continue;
+    if (!names_a_row(r, num_rows) || k >= lengths[t]) continue;
     ++valid;
-    uint32_t slot = (static_cast<uint32_t>(r) * 2654435761u) >> (32 - kProbeSlotBits);  // Knuth's multiplicative hash
-    for (;;) {
-      const uint32_t seen = atomicCAS(&s_set[slot], kProbeEmpty, static_cast<uint32_t>(r));
-      if (seen == kProbeEmpty) {
-        ++distinct;
-        break;
-      }
-      if (seen == static_cast<uint32_t>(r)) break;
-      slot = (slot + 1) & (kProbeSlots - 1);
-    }
+    // Knuth's multiplicative hash, its top 17 bits.
+    const uint32_t bit = exact ? static_cast<uint32_t>(r) : (static_cast<uint32_t>(r) * 2654435761u) >> (32 - kShareProbeBitsLog2);
+    atomicOr(&s_bits[bit / 32], 1u << (bit % 32));
   }
+  __syncthreads();
+  int set = 0;
+#pragma unroll
+  for (int w = 0; w < kProbeWords / kProbeThreads; ++w) set += __popc(s_bits[threadIdx.x + w * kProbeThreads]);
   for (int d = 16; d > 0; d /= 2) {
-    distinct += __shfl_xor_sync(0xffffffffu, distinct, d);
+    set += __shfl_xor_sync(0xffffffffu, set, d);
     valid += __shfl_xor_sync(0xffffffffu, valid, d);
   }
-  if (threadIdx.x % 32 == 0) s_sum[0][threadIdx.x / 32] = distinct, s_sum[1][threadIdx.x / 32] = valid;
+  if (threadIdx.x % 32 == 0) s_sum[0][threadIdx.x / 32] = set, s_sum[1][threadIdx.x / 32] = valid;
   __syncthreads();
-  if (threadIdx.x < 2) {
-    unsigned long long sum = 0;
-    for (int w = 0; w < kProbeThreads / 32; ++w) sum += static_cast<unsigned long long>(s_sum[threadIdx.x][w]);
-    atomicAdd(counts + threadIdx.x, sum);
+  if (threadIdx.x < 32) {
+    set = s_sum[0][threadIdx.x];
+    valid = s_sum[1][threadIdx.x];
+    for (int d = 16; d > 0; d /= 2) {
+      set += __shfl_xor_sync(0xffffffffu, set, d);
+      valid += __shfl_xor_sync(0xffffffffu, valid, d);
+    }
+    if (threadIdx.x == 0) {
+      int distinct = set;
+      if (!exact && set > 0) {  // linear counting; never below the bits set nor above the entries
+        const float m = static_cast<float>(kShareProbeBits);
+        distinct = min(valid, max(set, __float2int_rn(-m * log1pf(-static_cast<float>(set) / m))));
+      }
+      if (pairs != nullptr) pairs[blockIdx.x] = make_int2(distinct, valid);
+      if (sums != nullptr) {
+        atomicAdd(sums, static_cast<unsigned long long>(distinct));
+        atomicAdd(sums + 1, static_cast<unsigned long long>(valid));
+      }
+    }
   }
 }
 
 }  // namespace
 
-void launch_share_probe(const int32_t* indices, int num_tokens, int topk, int64_t token_stride, int64_t num_rows,
-                        int samples, long long* d_counts, cudaStream_t stream) {
-  const int64_t groups = (int64_t{num_tokens} + kProbeGroupTokens - 1) / kProbeGroupTokens;
-  const int ctas = static_cast<int>(std::min<int64_t>(samples, groups));
+void launch_share_probe(const int32_t* indices, const int32_t* topk_lengths, int num_tokens, int topk, int64_t token_stride,
+                        int64_t num_rows, int samples, int2* pairs, long long* sums, cudaStream_t stream) {
+  const int64_t ctas = share_probe_groups(num_tokens, samples);
   if (ctas == 0) return;
-  constexpr int kSmemBytes = kProbeSlots * static_cast<int>(sizeof(uint32_t));
-  raise_smem_limit_once<share_probe_kernel>(kSmemBytes);
-  share_probe_kernel<<<ctas, kProbeThreads, kSmemBytes, stream>>>(indices, num_tokens, topk, token_stride, num_rows,
-                                                                 samples, reinterpret_cast<unsigned long long*>(d_counts));
+  // Rows past int32 are never named by an index: the kernel compares against at most INT32_MAX.
+  const int rows = static_cast<int>(std::min<int64_t>(num_rows, INT32_MAX));
+  share_probe_kernel<<<static_cast<unsigned>(ctas), kProbeThreads, 0, stream>>>(
+      indices, topk_lengths, num_tokens, topk, token_stride, rows, samples, pairs, reinterpret_cast<unsigned long long*>(sums));
   DSA_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -327,6 +327,7 @@
 #include "sparse_mla/params.h"
 #include "sparse_mla/partials.cuh"
 #include "sparse_mla/fp8_rows.cuh"
+#include "sparse_mla/share_choice.cuh"
 
 namespace dsa::detail {
 namespace {
@@ -578,6 +579,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   __shared__ int s_repeats;                // some token lists some row twice
   __shared__ int s_row_lo[kUnionWarps], s_row_hi[kUnionWarps];  // per warp: lowest and highest valid row
   __shared__ int s_warp_keys[kUnionWarps];  // per warp: valid keys
+  if (share_probe_skips(p, true)) return;  // a share-probe plan whose probe chose split-K
   ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -776,6 +778,7 @@ constexpr int kSizeBuckets = 64;
 __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_kernel(const SparseMlaParams p) {
   __shared__ int s_next[kSizeBuckets + 1];                // per class: its count, then its next position
   __shared__ int s_count[kOrderWarps][kSizeBuckets];      // per (warp, class) in a chunk
+  if (share_probe_skips(p, true)) return;
   ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
   ptx::wait_prerequisites();  // the union pass's sizes
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -855,6 +858,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ uint64_t q_landed;            // Q's bulk tensor copies complete (thread 0 expects their bytes)
   __shared__ uint64_t s_issued[2];         // S of tile j >= 1 issued (j % 2): 128 scores threads
+  if (share_probe_skips(p, true)) return;
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output

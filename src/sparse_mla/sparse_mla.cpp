@@ -225,12 +225,48 @@ static void check_plan_lead_tokens(const SparseMlaPlan& plan) {
     fail("plan", "inconsistent lead_tokens / lead_splits");
 }
 
-// The kernels' sort keys for a plan with row order (make_params leaves them 0: off).
-static void set_row_order(detail::SparseMlaParams& k, const SparseMlaPlan& plan) {
-  if (!plan.row_order) return;
+// The kernels' sort keys: those of the cache's rows with row order, else 0 (off).
+static void set_row_order(detail::SparseMlaParams& k, bool row_order) {
+  k.row_order_shift = k.row_order_bits = 0;
+  if (!row_order) return;
   const detail::RowOrderKeyBits b = detail::row_order_key_bits(k.num_rows);
   k.row_order_shift = b.shift;
   k.row_order_bits = b.bits;
+}
+
+// A share-probe plan (SparseMlaPlan::share_probe) as the planner makes them: the shared-rows
+// half (checked by the caller) with a union pass and one split, no lead tokens, at 16 heads over
+// a bf16 cache, and a split_k half the forward can run as one split of the whole list.
+static void check_share_probe_plan(const SparseMlaProblem& problem, const SparseMlaPlan& plan, const long long* timeline) {
+  const SparseMlaPlan::ShareProbe& sp = plan.share_probe;
+  if (sp.line_permille < 1 || sp.line_permille > 1000) fail("plan", "share_probe.line_permille must be in [1, 1000] (0: off)");
+  if (plan.num_heads != 16 || fp8_cache(problem) || !plan.union_pass || plan.splits != 1 || plan.lead_tokens != 0)
+    fail("plan", "share_probe needs 16 heads, a bf16 cache and shared rows with a union pass in one split");
+  if (sp.split_k_block_keys != 16 && sp.split_k_block_keys != 32 && sp.split_k_block_keys != 64)
+    fail("plan", "share_probe.split_k_block_keys must be 16, 32 or 64");
+  if (sp.split_k_split_softmax && sp.split_k_block_keys == 16) fail("plan", "share_probe: split_softmax needs 32- or 64-row tiles");
+  if (timeline != nullptr) fail("plan", "a timeline needs one kernel: force it (PlanChoice::kernel) instead of share_probe");
+}
+
+// The split_k half of a share-probe plan: the problem's params (k, with the probe's pairs) as
+// one split of the whole list.
+static detail::SparseMlaParams share_probe_split_k_params(detail::SparseMlaParams k, const SparseMlaPlan& plan) {
+  k.shared_rows_union = nullptr;
+  k.shared_rows_union_pass = false;
+  k.splits_over_entries = false;
+  k.block_keys = plan.share_probe.split_k_block_keys;
+  k.splits = 1;
+  k.chunk = plan.topk;
+  k.fused_rows = 0;
+  k.lead_tokens = 0;
+  k.lead_splits = 1;
+  k.lead_chunk = plan.topk;
+  k.partial_out = nullptr;
+  k.partial_lse = nullptr;
+  set_row_order(k, plan.share_probe.split_k_row_order);
+  k.split_softmax = plan.share_probe.split_k_split_softmax;
+  k.timeline = nullptr;
+  return k;
 }
 
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
@@ -302,11 +338,22 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     const int group_heads = detail::shared_rows_group_heads(plan.num_heads, plan.union_pass);
     if (!plan.union_pass && detail::shared_rows_tokens_per_group(group_heads) != 1)
       fail("plan", "shared_rows without a union pass needs 32, 64 or 128 heads");
+    const bool probe = plan.share_probe.line_permille != 0;
+    if (probe) check_share_probe_plan(problem, plan, timeline);
     if (problem.num_tokens == 0) return;
     const int T = problem.num_tokens, H = problem.num_heads;
-    require_workspace(workspace, workspace_bytes,
-                      shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass, plan.lead_tokens, plan.lead_splits));
+    const size_t shared_bytes =
+        shared_rows_workspace_for(T, H, problem.topk, plan.splits, plan.union_pass, plan.lead_tokens, plan.lead_splits);
+    const size_t pairs_offset = detail::share_probe_pairs_offset(shared_bytes);
+    require_workspace(workspace, workspace_bytes, probe ? pairs_offset + detail::kShareProbePairsBytes : shared_bytes);
     detail::SparseMlaParams k = make_params(problem);
+    if (probe) {  // the probe, then both kernels, each reading its choice (share_choice.cuh)
+      k.share_pairs = reinterpret_cast<const int2*>(static_cast<uint8_t*>(workspace) + pairs_offset);
+      k.share_samples = static_cast<int>(detail::share_probe_groups(T, detail::kShareProbeSamples));
+      k.share_line_permille = plan.share_probe.line_permille;
+      detail::launch_share_probe(k.indices, k.topk_lengths, T, k.topk, k.indices_token_stride, k.num_rows, detail::kShareProbeSamples,
+                                 const_cast<int2*>(k.share_pairs), nullptr, stream);
+    }
     k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
     k.shared_rows_union_pass = plan.union_pass;
     k.splits_over_entries = true;
@@ -317,10 +364,11 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.fused_rows = plan.fused_rows;
     if (plan.row_order && !detail::shared_rows_row_order_fit(plan.union_pass, plan.num_heads))
       fail("plan", "inconsistent row_order");
-    set_row_order(k, plan);
+    set_row_order(k, plan.row_order);
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
     launch_sparse_mla_shared_rows(k, stream);
+    if (probe) launch_sparse_mla_splitk(share_probe_split_k_params(k, plan), stream);
     return;
   }
   if (fp8_cache(problem) && ((plan.block_keys != 32 && plan.block_keys != 64) || stage != kStageFull))
@@ -359,7 +407,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   k.lead_splits = plan.lead_splits;
   k.lead_chunk = splitk_lead_chunk(plan);
   k.fused_rows = plan.fused_rows;
-  set_row_order(k, plan);
+  set_row_order(k, plan.row_order);
   set_partials(k, workspace, 0);
   k.split_softmax = plan.split_softmax;
   k.timeline = timeline;
@@ -390,7 +438,7 @@ void sample_group_sharing(const int32_t* indices, int num_tokens, int topk, int6
   if (topk > SparseMlaPlan::kMaxChunk) fail("topk", "sample_group_sharing needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
   if (token_stride < topk) fail("token_stride", "must be >= topk");
   if (samples < 1) fail("samples", "must be >= 1");
-  detail::launch_share_probe(indices, num_tokens, topk, token_stride, num_rows, samples, d_counts, stream);
+  detail::launch_share_probe(indices, nullptr, num_tokens, topk, token_stride, num_rows, samples, nullptr, d_counts, stream);
 }
 
 int64_t count_invalid_indices_host(const int32_t* indices, int num_tokens, int topk, int64_t token_stride,

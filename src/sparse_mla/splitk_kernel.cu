@@ -279,6 +279,7 @@
 #include "sparse_mla/params.h"
 #include "sparse_mla/partials.cuh"
 #include "sparse_mla/fp8_rows.cuh"
+#include "sparse_mla/share_choice.cuh"
 
 namespace dsa::detail {
 namespace {
@@ -834,6 +835,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
   };
   if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns();
+  if (share_probe_skips(p, false)) {  // a share-probe plan whose probe chose shared rows
+    mark_exit();
+    return;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head_groups = p.num_heads / kHeadGroup;
   const int hg = blockIdx.x % head_groups;

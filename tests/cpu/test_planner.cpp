@@ -35,7 +35,10 @@ bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b) {
   return a.num_tokens == b.num_tokens && a.num_heads == b.num_heads && a.topk == b.topk && a.kernel == b.kernel &&
          a.block_keys == b.block_keys && a.splits == b.splits && a.chunk == b.chunk && a.ctas == b.ctas && a.launches == b.launches &&
          a.fused_rows == b.fused_rows && a.union_pass == b.union_pass && a.lead_tokens == b.lead_tokens && a.lead_splits == b.lead_splits &&
-         a.row_order == b.row_order && a.balanced == b.balanced && a.split_softmax == b.split_softmax && a.schedule_bytes == b.schedule_bytes && a.workspace_bytes == b.workspace_bytes;
+         a.row_order == b.row_order && a.balanced == b.balanced && a.split_softmax == b.split_softmax && a.schedule_bytes == b.schedule_bytes && a.workspace_bytes == b.workspace_bytes &&
+         a.share_probe.line_permille == b.share_probe.line_permille && a.share_probe.split_k_block_keys == b.share_probe.split_k_block_keys &&
+         a.share_probe.split_k_row_order == b.share_probe.split_k_row_order &&
+         a.share_probe.split_k_split_softmax == b.share_probe.split_k_split_softmax;
 }
 
 TEST(Planner, InvariantsHoldOverAGridOfShapes) {
@@ -137,10 +140,22 @@ TEST(Planner, InvariantsHoldOverAGridOfShapes) {
         const size_t lead_slots = p.lead_splits > 1 ? size_t(p.lead_tokens) * p.lead_splits : 0;
         const size_t partials = p.splits > 1 ? (lead_slots + size_t(T - p.lead_tokens) * p.splits) * H * (512 * 2 + 4) : 0;
         const size_t unions = shared_rows && p.union_pass ? groups * union_bytes + 2 * ((groups * 4 + 15) / 16 * 16) : 0;
-        EXPECT_EQ(p.workspace_bytes, unions + partials);
+        // The share probe (SparseMlaPlan::share_probe) on every unhinted 16-head shared-rows plan:
+        // its pairs after the rest from a 16-byte boundary, two launches more (the probe, split-K);
+        // split-K's half: 32-row tiles, row order from 2^17 pairs, the softmax repeated (the H100's
+        // whole lists).
+        const bool probe = shared_rows && H == 16;
+        EXPECT_EQ(p.share_probe.line_permille, probe ? 800 : 0);
+        if (probe) {
+          EXPECT_TRUE(p.union_pass && p.splits == 1 && p.lead_tokens == 0);
+          EXPECT_EQ(p.share_probe.split_k_block_keys, 32);
+          EXPECT_EQ(p.share_probe.split_k_row_order, int64_t(T) * topk >= (int64_t(1) << 17));
+          EXPECT_FALSE(p.share_probe.split_k_split_softmax);
+        }
+        EXPECT_EQ(p.workspace_bytes, probe ? (unions + partials + 15) / 16 * 16 + 16 * 8 : unions + partials);
         const int launches = (shared_rows ? (p.union_pass ? 1 : 0) + (p.union_pass && p.splits == 1 ? 1 : 0) + 1 + (p.splits > 1 ? 1 : 0)
                                           : (p.splits > 1 ? 2 : 1)) +
-                             (p.lead_splits > 1 ? 1 : 0);  // the lead tokens' own combine
+                             (p.lead_splits > 1 ? 1 : 0) + (probe ? 2 : 0);  // the lead tokens' own combine; the probe's two
         EXPECT_EQ(p.launches, T == 0 ? 0 : launches);
         // Fused rows exactly where the kernel can count a whole list and find split starts
         // (shared rows: where a group is one token's list).
@@ -361,7 +376,9 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   for (int T : {2048, 4096, 8192}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::shared_rows) << T;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).ctas, 1024);
   // One union record per group of 4 tokens: 16-byte header, 8224 words, 8200 entries, 128-byte aligned.
-  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, size_t(1024) * 49408 + 2 * 1024 * 4);  // records, then a size and an order slot per group
+  // Records, then a size and an order slot per group, then (unhinted: the share probe) 16 pairs.
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100).workspace_bytes, size_t(1024) * 49408 + 2 * 1024 * 4 + 16 * 8);
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, {}, IndexSharing::consecutive).workspace_bytes, size_t(1024) * 49408 + 2 * 1024 * 4);
   // Decode sizes (T < 2048, even where the waves would be full: 512, 1024), 2200 tokens (550
   // CTAs = 4.2 waves, 83 %), topk > 2048: split-K.
   for (int T : {1, 64, 256, 512, 1024, 2047, 2200}) EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).kernel, SparseMlaKernel::split_k) << T;
@@ -374,6 +391,54 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
   DeviceInfo small_smem = kH100;
   small_smem.max_smem_per_block = 166 * 1024;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, small_smem).kernel, SparseMlaKernel::split_k);
+}
+
+// Unhinted 16-head bf16 calls that the planner gives shared rows sample the share on the device
+// (SparseMlaPlan::share_probe): the line by the device (H200 710 permille, H100 800), and
+// split-K's half as the planner would plan one split of whole lists there. A hint, a forced
+// kernel or any forced field, an fp8 cache, or other head counts plan one kernel.
+TEST(Planner, UnhintedSixteenHeadSharedRowsSampleTheShare) {
+  for (int T : {2048, 4096, 8192})
+    for (int topk : {512, 1024, 2048}) {
+      SCOPED_TRACE(::testing::Message() << "T " << T << " topk " << topk);
+      const SparseMlaPlan h100 = plan_sparse_mla(T, 16, topk, kH100), h200 = plan_sparse_mla(T, 16, topk, kH200);
+      ASSERT_EQ(h100.kernel, SparseMlaKernel::shared_rows);
+      ASSERT_EQ(h200.kernel, SparseMlaKernel::shared_rows);
+      EXPECT_EQ(h100.share_probe.line_permille, 800);
+      EXPECT_EQ(h200.share_probe.line_permille, 710);
+      PlanChoice split_k;
+      split_k.kernel = PlanChoice::Kernel::split_k;
+      for (const auto& [plan, dev] : {std::pair{h100, kH100}, std::pair{h200, kH200}}) {
+        const SparseMlaPlan sk = plan_sparse_mla(T, 16, topk, dev, split_k);
+        EXPECT_EQ(plan.share_probe.split_k_block_keys, sk.block_keys);
+        EXPECT_EQ(plan.share_probe.split_k_row_order, sk.row_order);
+        EXPECT_EQ(plan.share_probe.split_k_split_softmax, sk.split_softmax);
+      }
+      // On the H200 split-K sorts only lists of >= 1024 and splits its softmax; the H100 sorts
+      // all of these (>= 2^17 pairs) and repeats it over whole lists.
+      EXPECT_EQ(h200.share_probe.split_k_row_order, topk >= 1024);
+      EXPECT_TRUE(h200.share_probe.split_k_split_softmax);
+      EXPECT_TRUE(h100.share_probe.split_k_row_order);
+      EXPECT_FALSE(h100.share_probe.split_k_split_softmax);
+      EXPECT_EQ(h100.launches, 5);  // the probe, the union and order passes, the main kernel, split-K
+      for (const DeviceInfo& dev : {kH100, kH200}) {
+        EXPECT_EQ(plan_sparse_mla(T, 16, topk, dev, {}, IndexSharing::consecutive).share_probe.line_permille, 0);
+        EXPECT_EQ(plan_sparse_mla(T, 16, topk, dev, {}, IndexSharing::none).kernel, SparseMlaKernel::split_k);
+        PlanChoice forced;
+        forced.kernel = PlanChoice::Kernel::shared_rows;
+        EXPECT_EQ(plan_sparse_mla(T, 16, topk, dev, forced).share_probe.line_permille, 0);
+        PlanChoice no_order;
+        no_order.row_order = -1;
+        const SparseMlaPlan p = plan_sparse_mla(T, 16, topk, dev, no_order);
+        EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows);
+        EXPECT_EQ(p.share_probe.line_permille, 0);
+        EXPECT_EQ(plan_sparse_mla(T, 16, topk, dev, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).share_probe.line_permille, 0);
+        for (int H : {32, 64, 128}) EXPECT_EQ(plan_sparse_mla(T, H, topk, dev).share_probe.line_permille, 0) << H;
+      }
+    }
+  // Split-K's plans, and shorter lists, sample nothing.
+  EXPECT_EQ(plan_sparse_mla(1024, 16, 2048, kH200).share_probe.line_permille, 0);
+  EXPECT_EQ(plan_sparse_mla(4096, 16, 256, kH200).share_probe.line_permille, 0);
 }
 
 // The caller's hint moves the threshold at 16 heads: "consecutive" (prefill, MTP decode) takes
@@ -670,10 +735,13 @@ TEST(Planner, ThirtyTwoHeadsWeighTheirWavesByBandwidth) {
   const DeviceInfo negative = with_bandwidth(-5);  // a nonsense figure plans as unknown, as the H100
   EXPECT_FALSE(plan_sparse_mla(353, 32, 2048, negative).union_pass);
   EXPECT_TRUE(plan_sparse_mla(1024, 32, 2048, negative).union_pass);
-  // 16 and 128 heads do not look at it (64: the next test).
+  // 16 and 128 heads do not look at it (64: the next test), but for the share probe's line and
+  // split-K half (UnhintedSixteenHeadSharedRowsSampleTheShare).
   for (int H : {16, 128})
     for (int T : {100, 353, 1024, 4096}) {
-      const SparseMlaPlan a = plan_sparse_mla(T, H, 2048, kH100), b = plan_sparse_mla(T, H, 2048, h200);
+      SparseMlaPlan a = plan_sparse_mla(T, H, 2048, kH100);
+      const SparseMlaPlan b = plan_sparse_mla(T, H, 2048, h200);
+      a.share_probe = b.share_probe;
       EXPECT_TRUE(same_plan_but_softmax(a, b)) << T << " " << H;
     }
 }

@@ -371,6 +371,58 @@ TEST(Validate, Fp8ForwardRefusesOtherSplitKTiles) {
   EXPECT_NE(small.find("32- or 64-row tiles"), std::string::npos) << small;
 }
 
+// A hand-edited share-probe plan (SparseMlaPlan::share_probe) that no kernel pair can run is
+// refused by name before any launch: a line outside [1, 1000], other than 16 heads, an fp8 cache,
+// shared rows without a union pass or in splits, split-K tiles other than 16 / 32 / 64, a split
+// softmax on 16-row tiles; and its workspace must hold the probe's pairs after the rest.
+TEST(Validate, ForwardRefusesAnInconsistentShareProbe) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  PlanChoice forced;
+  forced.kernel = PlanChoice::Kernel::shared_rows;
+  SparseMlaPlan base = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, forced);
+  ASSERT_TRUE(base.union_pass);
+  ASSERT_EQ(base.splits, 1);
+  const size_t shared_bytes = base.workspace_bytes;
+  base.share_probe = {710, 32, false, true};
+  base.launches += 2;
+  base.workspace_bytes = (shared_bytes + 15) / 16 * 16 + 16 * 8;
+  const auto error_of = [&](const SparseMlaProblem& prob, const SparseMlaPlan& plan, size_t bytes) {
+    return testing::error_message([&] { sparse_mla_forward(prob, plan, b.big.data(), bytes, nullptr); });
+  };
+  const auto refused = [&](const SparseMlaPlan& plan, const std::string& what) {
+    const std::string m = error_of(p, plan, plan.workspace_bytes);
+    EXPECT_NE(m.find(what), std::string::npos) << m;
+  };
+  for (int line : {-1, 1001}) {
+    SparseMlaPlan plan = base;
+    plan.share_probe.line_permille = line;
+    refused(plan, "line_permille");
+  }
+  for (int keys : {0, 8, 128}) {
+    SparseMlaPlan plan = base;
+    plan.share_probe.split_k_block_keys = keys;
+    refused(plan, "split_k_block_keys");
+  }
+  SparseMlaPlan plan = base;
+  plan.share_probe.split_k_block_keys = 16;
+  refused(plan, "split_softmax");
+  plan = base;
+  plan.splits = 2;
+  refused(plan, "share_probe needs");
+  plan = base;
+  plan.union_pass = false;
+  refused(plan, "union pass");  // the shared-rows check names it first at 16 heads
+  std::vector<uint8_t> fp8_rows(size_t(656) * 640);
+  SparseMlaProblem fp8 = p;
+  fp8.kv_format = KvCacheFormat::fp8_ds_mla;
+  fp8.ckv_cache = fp8_rows.data();
+  fp8.kpe_cache = nullptr;
+  EXPECT_NE(error_of(fp8, base, base.workspace_bytes).find("share_probe needs"), std::string::npos);
+  // The workspace: one byte short of the pairs.
+  EXPECT_NE(error_of(p, base, base.workspace_bytes - 1).find("workspace_bytes"), std::string::npos);
+}
+
 // Each bad argument is refused by name before anything is launched (the GPU test checks the counts).
 TEST(SampleGroupSharing, RefusesBadArguments) {
   alignas(16) static int32_t idx[2 * 2049];

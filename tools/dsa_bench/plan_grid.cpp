@@ -65,7 +65,7 @@ int run_plan_grid(bool summary_only) {
         for (int fp8 = 0; fp8 < 2; ++fp8)
           for (int sh = 0; sh < 3; ++sh)
             for (size_t ci = 0; ci < choices.size(); ++ci)
-              for (int T = 0; T <= 1400; T += T < 300 ? 1 : 11) {
+              for (int T = 0; T <= 8192; T = T < 300 ? T + 1 : T < 1400 ? T + 11 : T < 2048 ? 2048 : 2 * T) {  // + 2048, 4096, 8192
                 if (ci > 0 && T % 3 != 0) continue;  // the overrides on every third T
                 std::snprintf(line, sizeof line, "sms %s H %d topk %d %s %s %s T %d: ", device.c_str(), H, topk, fp8 ? "fp8" : "bf16",
                               sharing_names[sh], choices[ci].first, T);
@@ -80,6 +80,12 @@ int run_plan_grid(bool summary_only) {
                                 static_cast<int>(p.union_pass), p.fused_rows, static_cast<int>(p.row_order), static_cast<int>(p.balanced),
                                 static_cast<int>(p.split_softmax), p.launches, p.workspace_bytes, p.schedule_bytes);
                   s += line;
+                  if (p.share_probe.line_permille > 0) {
+                    std::snprintf(line, sizeof line, " probe %d keys %d order %d split %d", p.share_probe.line_permille,
+                                  p.share_probe.split_k_block_keys, static_cast<int>(p.share_probe.split_k_row_order),
+                                  static_cast<int>(p.share_probe.split_k_split_softmax));
+                    s += line;
+                  }
                 } catch (const std::exception& e) {
                   s += std::string("error ") + e.what();
                 }

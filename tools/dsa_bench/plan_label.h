@@ -1,6 +1,7 @@
 // The short label dsa-bench prints for a plan: "32/4" (split-K: tile rows / splits), "rows" or
 // "rows/3" (shared rows, its splits), then ",leadNxS" (the first N tokens in S splits), ",o" (row
-// order), ",b" (balanced) and ",s" (split softmax).
+// order), ",b" (balanced) and ",s" (split softmax); a share-probe plan (SparseMlaPlan::share_probe)
+// then "|p710:32/1,o,s": the line in permille and split-K's half.
 #pragma once
 
 #include <string>
@@ -23,6 +24,11 @@ inline std::string plan_label(const SparseMlaPlan& plan) {
   if (plan.row_order) s += ",o";
   if (plan.balanced) s += ",b";
   if (plan.split_softmax) s += ",s";
+  if (plan.share_probe.line_permille > 0) {
+    s += "|p" + std::to_string(plan.share_probe.line_permille) + ":" + std::to_string(plan.share_probe.split_k_block_keys) + "/1";
+    if (plan.share_probe.split_k_row_order) s += ",o";
+    if (plan.share_probe.split_k_split_softmax) s += ",s";
+  }
   return s;
 }
 
