@@ -713,7 +713,7 @@ bool is_default(const PlanChoice& choice) {
 void add_share_probe(SparseMlaPlan& shared, const SparseMlaPlan& split_k, const PlannerContext& c) {
   const bool fits = c.sharing == IndexSharing::unknown && c.num_heads == 16 && !c.fp8 && c.num_tokens > 0 && shared.union_pass &&
                     shared.splits == 1 && shared.lead_tokens == 0 && split_k.splits == 1 && split_k.lead_tokens == 0 &&
-                    split_k.fused_rows == 0 && !split_k.balanced;
+                    split_k.fused_rows == 0 && !split_k.balanced && split_k.block_keys == detail::kPlannerBlockKeys;
   if (!fits) return;
   shared.share_probe.line_permille = c.fast_memory ? detail::kShareProbeLinePermilleFastMemory : detail::kShareProbeLinePermille;
   shared.share_probe.split_k_block_keys = split_k.block_keys;

@@ -1,9 +1,15 @@
-// The device side of SparseMlaPlan::share_probe: the forward launches the probe, then both the
-// shared-rows kernels and split-K; each of their CTAs asks this first and leaves at once unless
-// its kernel is the one the probe's counts chose. No host round trip, so the call stays
-// asynchronous and graph-capturable.
+// The device side of SparseMlaPlan::share_probe. The forward launches the probe, then the union
+// pass, split-K, the order pass and the main kernel, the last three by programmatic dependent
+// launch; each of their CTAs asks first whether its kernel is the one the probe's counts chose,
+// and leaves at once if not. No host round trip, so the call stays asynchronous and
+// graph-capturable. Split-K sits between the passes so that the grid not chosen runs where the
+// chosen one leaves SMs idle: shared rows chosen, split-K's empty CTAs pass during the union
+// pass; split-K chosen, the main kernel's during split-K's last wave (each kernel lets the next
+// one launch from its start). Run 693 launched them one after the other: the empty grids' waves
+// of a memory round trip each cost 13-36 µs.
 #pragma once
 
+#include "common/ptx.cuh"
 #include "sparse_mla/params.h"
 
 namespace dsa::detail {
@@ -30,6 +36,13 @@ __device__ __forceinline__ bool share_probe_picks_shared_rows(const SparseMlaPar
 // at once: a share-probe plan whose probe chose the other kernel.
 __device__ __forceinline__ bool share_probe_skips(const SparseMlaParams& p, bool shared_rows) {
   return p.share_line_permille > 0 && share_probe_picks_shared_rows(p) != shared_rows;
+}
+
+// How a CTA of a dependent launch leaves when its kernel was not chosen. The next kernel's
+// griddepcontrol.wait covers this grid only, so this grid must not end before the one it follows
+// (the chosen split-K, or the union pass's records): its last CTA waits for that grid first.
+__device__ __forceinline__ void share_probe_leave() {
+  if (blockIdx.x == gridDim.x - 1) ptx::wait_prerequisites();
 }
 
 }  // namespace dsa::detail

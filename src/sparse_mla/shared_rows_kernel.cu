@@ -579,8 +579,8 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   __shared__ int s_repeats;                // some token lists some row twice
   __shared__ int s_row_lo[kUnionWarps], s_row_hi[kUnionWarps];  // per warp: lowest and highest valid row
   __shared__ int s_warp_keys[kUnionWarps];  // per warp: valid keys
-  if (share_probe_skips(p, true)) return;  // a share-probe plan whose probe chose split-K
-  ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
+  ptx::launch_dependents();  // the order pass may start (with a share probe split-K); it waits for this pass to end
+  if (share_probe_skips(p, true)) return;  // a share-probe plan whose probe chose split-K (launched plainly: no wait)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The group's head blocks b0 .. b0 + blocks_here - 1; block b0 + g is token token0 + (g >> block_shift)
@@ -778,9 +778,9 @@ constexpr int kSizeBuckets = 64;
 __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_kernel(const SparseMlaParams p) {
   __shared__ int s_next[kSizeBuckets + 1];                // per class: its count, then its next position
   __shared__ int s_count[kOrderWarps][kSizeBuckets];      // per (warp, class) in a chunk
-  if (share_probe_skips(p, true)) return;
   ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
-  ptx::wait_prerequisites();  // the union pass's sizes
+  ptx::wait_prerequisites();  // the union pass's sizes (with a share probe: split-K's end, which follows it)
+  if (share_probe_skips(p, true)) return;  // one CTA, which has waited: share_probe_leave's rule
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
   const int num_groups = static_cast<int>(shared_rows_groups(num_blocks));
@@ -858,7 +858,10 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ uint64_t q_landed;            // Q's bulk tensor copies complete (thread 0 expects their bytes)
   __shared__ uint64_t s_issued[2];         // S of tile j >= 1 issued (j % 2): 128 scores threads
-  if (share_probe_skips(p, true)) return;
+  if (share_probe_skips(p, true)) {  // a share-probe plan whose probe chose split-K
+    share_probe_leave();
+    return;
+  }
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -1538,7 +1541,7 @@ CUtensorMap q_part_map(const char* name, const uint16_t* q, int dims, int64_t he
   return map;
 }
 
-void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream) {
+void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream, const SparseMlaParams* split_k) {
   if (p.num_tokens == 0) return;
   SharedRowsQMaps q_maps;
   q_maps.box_rows = std::min(p.num_heads, kRows);  // a token's heads, or the CTA's 64 of them
@@ -1563,6 +1566,7 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   if (p.shared_rows_union_pass) {
     sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
     DSA_CUDA_CHECK(cudaGetLastError());
+    if (split_k != nullptr) launch_sparse_mla_splitk(*split_k, stream);  // a share probe's other kernel (dependent)
     if (!split_out) launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
     launch_dependent(kernel, grid, dim3(kThreads), kSmemBytes, stream, p, q_maps);
   } else {

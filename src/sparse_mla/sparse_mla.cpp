@@ -236,15 +236,15 @@ static void set_row_order(detail::SparseMlaParams& k, bool row_order) {
 
 // A share-probe plan (SparseMlaPlan::share_probe) as the planner makes them: the shared-rows
 // half (checked by the caller) with a union pass and one split, no lead tokens, at 16 heads over
-// a bf16 cache, and a split_k half the forward can run as one split of the whole list.
+// a bf16 cache, and a split_k half in 32-row tiles (the instances split-K has for it), run as one
+// split of the whole list.
 static void check_share_probe_plan(const SparseMlaProblem& problem, const SparseMlaPlan& plan, const long long* timeline) {
   const SparseMlaPlan::ShareProbe& sp = plan.share_probe;
   if (sp.line_permille < 1 || sp.line_permille > 1000) fail("plan", "share_probe.line_permille must be in [1, 1000] (0: off)");
   if (plan.num_heads != 16 || fp8_cache(problem) || !plan.union_pass || plan.splits != 1 || plan.lead_tokens != 0)
     fail("plan", "share_probe needs 16 heads, a bf16 cache and shared rows with a union pass in one split");
-  if (sp.split_k_block_keys != 16 && sp.split_k_block_keys != 32 && sp.split_k_block_keys != 64)
-    fail("plan", "share_probe.split_k_block_keys must be 16, 32 or 64");
-  if (sp.split_k_split_softmax && sp.split_k_block_keys == 16) fail("plan", "share_probe: split_softmax needs 32- or 64-row tiles");
+  if (sp.split_k_block_keys != detail::kPlannerBlockKeys)
+    fail("plan", "share_probe.split_k_block_keys must be " + std::to_string(detail::kPlannerBlockKeys) + " (its kernel instances')");
   if (timeline != nullptr) fail("plan", "a timeline needs one kernel: force it (PlanChoice::kernel) instead of share_probe");
 }
 
@@ -367,8 +367,12 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     set_row_order(k, plan.row_order);
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
-    launch_sparse_mla_shared_rows(k, stream);
-    if (probe) launch_sparse_mla_splitk(share_probe_split_k_params(k, plan), stream);
+    if (probe) {
+      const detail::SparseMlaParams split_k = share_probe_split_k_params(k, plan);
+      launch_sparse_mla_shared_rows(k, stream, &split_k);
+    } else {
+      launch_sparse_mla_shared_rows(k, stream);
+    }
     return;
   }
   if (fp8_cache(problem) && ((plan.block_keys != 32 && plan.block_keys != 64) || stage != kStageFull))

@@ -808,9 +808,10 @@ __device__ __forceinline__ float4 tile_weights(const float (&acc)[4], float s_sc
 // kTinyList: the instance for one-split plans of lists of at most 32 positions (tiny_list below);
 // the other instances do not carry its code (in their prologue it cost T = 1 random 0.2 us, run 624).
 template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
-          bool kSplitSoftmax = kFp8, bool kTinyList = false>
+          bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!kTinyList || (kStage == kStageFull && !kRowOrder && !kBalanced), "tiny lists: the full kernel, position order");
+  static_assert(!kShareProbe || (kStage == kStageFull && !kBalanced && !kFp8 && !kTinyList), "a share probe's half: bf16, whole lists");
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
   static_assert(!kFp8 || kSplitSoftmax, "fp8 always splits its softmax");
   static_assert(!kSplitSoftmax || (BK >= 32 && kStage == kStageFull), "a split softmax: whole n-tiles per warp, the full kernel");
@@ -835,9 +836,15 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
   };
   if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns();
-  if (share_probe_skips(p, false)) {  // a share-probe plan whose probe chose shared rows
-    mark_exit();
-    return;
+  // A share-probe plan's half (share_choice.cuh), launched between the union and order passes: its
+  // own instances, as the check alone cost the other plans' T <= 8 0.2-0.5 µs (run 693).
+  if constexpr (kShareProbe) {
+    ptx::launch_dependents();  // the order pass may launch into this grid's last wave
+    if (share_probe_picks_shared_rows(p)) {
+      share_probe_leave();
+      mark_exit();
+      return;
+    }
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head_groups = p.num_heads / kHeadGroup;
@@ -1733,11 +1740,11 @@ template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
 template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
-          bool kSplitSoftmax = kFp8, bool kTinyList = false>
+          bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
-  constexpr auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList>;
+  constexpr auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList, kShareProbe>;
   const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.lead_tokens > 0, p.topk, p.chunk));
   // The opt-in limit for the largest chunk, once per device (a device past the helper's 64 bits
   // on every launch; this launcher's own per-thread table of 64 had never raised it there).
@@ -1745,6 +1752,10 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t token_ctas =
       kBalanced ? p.balanced_slots : lead_split_ctas(p.num_tokens, p.splits, p.lead_tokens, p.lead_splits);
   const int64_t ctas = token_ctas * (p.num_heads / kHeadGroup);
+  if constexpr (kShareProbe) {  // after the union pass (share_choice.cuh)
+    launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
+    return;
+  }
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
@@ -1752,10 +1763,19 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 // The instances that exist: every tile size with or without row order; a balanced schedule with
 // the planner's 32-row tiles; a split softmax (fp8 always, bf16 by the plan) with 32- or 64-row
 // tiles; the stage variants (diagnostics) with 32-row tiles, bf16, the softmax repeated; tiny
-// lists (one split of <= 32 positions) with 32-row tiles.
+// lists (one split of <= 32 positions) with 32-row tiles; a share probe's half (bf16, one split,
+// 32-row tiles, with or without row order and a split softmax).
 // plan_sparse_mla only plans these; a hand-made plan that is not one throws.
 template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
+  if (p.share_line_permille > 0) {
+    if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull && !kFp8) {
+      if (p.balanced_slots == 0 && p.splits == 1 && p.lead_tokens == 0)
+        return p.row_order_bits > 0 ? launch_splitk_instance<BK, kStage, true, false, kFp8, kSplitSoftmax, false, true>(p, stream)
+                                    : launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, true>(p, stream);
+    }
+    throw Error("a share probe's split_k half runs one split of whole lists in 32-row tiles over a bf16 cache");
+  }
   if (p.balanced_slots > 0) {
     if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull)
       return launch_splitk_instance<BK, kStage, false, true, kFp8, kSplitSoftmax>(p, stream);

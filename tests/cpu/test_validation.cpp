@@ -373,8 +373,8 @@ TEST(Validate, Fp8ForwardRefusesOtherSplitKTiles) {
 
 // A hand-edited share-probe plan (SparseMlaPlan::share_probe) that no kernel pair can run is
 // refused by name before any launch: a line outside [1, 1000], other than 16 heads, an fp8 cache,
-// shared rows without a union pass or in splits, split-K tiles other than 16 / 32 / 64, a split
-// softmax on 16-row tiles; and its workspace must hold the probe's pairs after the rest.
+// shared rows without a union pass or in splits, split-K tiles other than 32; and its workspace
+// must hold the probe's pairs after the rest.
 TEST(Validate, ForwardRefusesAnInconsistentShareProbe) {
   Buffers b;
   SparseMlaProblem p = good(b);
@@ -399,15 +399,12 @@ TEST(Validate, ForwardRefusesAnInconsistentShareProbe) {
     plan.share_probe.line_permille = line;
     refused(plan, "line_permille");
   }
-  for (int keys : {0, 8, 128}) {
+  for (int keys : {0, 8, 16, 64, 128}) {  // split-K has the probe's instances in 32-row tiles only
     SparseMlaPlan plan = base;
     plan.share_probe.split_k_block_keys = keys;
     refused(plan, "split_k_block_keys");
   }
   SparseMlaPlan plan = base;
-  plan.share_probe.split_k_block_keys = 16;
-  refused(plan, "split_softmax");
-  plan = base;
   plan.splits = 2;
   refused(plan, "share_probe needs");
   plan = base;

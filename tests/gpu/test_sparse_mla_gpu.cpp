@@ -1912,16 +1912,17 @@ std::pair<std::vector<uint16_t>, std::vector<float>> forward_outputs(DeviceProbl
 // The share probe runs exactly one of its kernels, the one its line picks for the sampled share:
 // its out and lse are bitwise the forced kernel's (the two differ in their last bits wherever a
 // token has rows, so the comparison says which ran), and both agree with the reference. Line
-// 1000 always picks shared rows, line 1 split-K, the H200's 710 by the pattern: a 2048-row
-// prefix (4 tokens list the same rows: 25 %) shared rows, random lists (~100 %) split-K. A call
-// whose groups hold no valid entry takes split-K. T = 61: 16 groups, all sampled; the last of 1
-// token. Split-K's half with and without row order and a split softmax.
+// 1000 always picks shared rows, line 1 split-K, the H200's 710 by the sampled share, which the
+// host computes exactly here (64000 rows): a 2048-row prefix shared rows, random lists (~95 %)
+// split-K; both must occur. A call whose groups hold no valid entry takes split-K. T = 61: 16
+// groups, all sampled; the last of 1 token. Split-K's half with and without row order and a
+// split softmax.
 TEST_F(Gpu, ShareProbeRunsTheKernelItsLinePicks) {
   struct Case {
     IndexPattern pattern;
     int prefix_len;
   };
-  int seed = 690;
+  int seed = 690, picked_at_710[2] = {0, 0};  // [split-K, shared rows]
   for (const Case& c : {Case{IndexPattern::shared_prefix, 2048}, Case{IndexPattern::random, 0}, Case{IndexPattern::duplicates, 0},
                         Case{IndexPattern::padding_middle, 0}, Case{IndexPattern::all_padding, 0}})
     for (int variant : {-1, 1}) {
@@ -1942,13 +1943,64 @@ TEST_F(Gpu, ShareProbeRunsTheKernelItsLinePicks) {
       for (int line : {1000, 1, 710}) {
         plans.probe.share_probe.line_permille = line;
         const bool picks_shared_rows = any_valid && share * 1000 <= line;
-        if (line == 710) EXPECT_EQ(picks_shared_rows, c.pattern == IndexPattern::shared_prefix) << what << " share " << share;
+        if (line == 710) ++picked_at_710[picks_shared_rows];
         const auto got = forward_outputs(d, plans.probe);
         const auto& want = picks_shared_rows ? shared_rows : split_k;
         EXPECT_TRUE(got.first == want.first && got.second == want.second)
             << what << " line " << line << " share " << share << ": not " << (picks_shared_rows ? "shared rows'" : "split-K's") << " output";
       }
     }
+  // The H200's line splits the cases: the prefix (and the duplicates) one way, random lists the other.
+  EXPECT_GT(picked_at_710[0], 0);
+  EXPECT_GT(picked_at_710[1], 0);
+}
+
+// The operation after the forward on its stream sees its whole output, whichever kernel ran:
+// split-K runs between dependent launches (share_choice.cuh), and the chain must not end before
+// it. The planner's own share-probe plan at T = 2048 with lists of 2048 (about a millisecond of
+// split-K on random lists, shared rows on a 2048-row prefix); out and lse copied to pinned host
+// memory on the forward's stream straight after it, then compared with a copy made after the
+// device synchronised, and with the kernel the probe picks forced.
+TEST_F(Gpu, ShareProbeOutputIsCompleteForTheNextOperationOnItsStream) {
+  for (const IndexPattern pattern : {IndexPattern::random, IndexPattern::shared_prefix}) {
+    const HostProblem hp = make_problem(2048, 16, 2048, 64, 8192, pattern, 694 + int(pattern), /*prefix_len=*/2048);
+    DeviceProblem d(hp);
+    const SparseMlaPlan plan = plan_sparse_mla(d.view());
+    ASSERT_GT(plan.share_probe.line_permille, 0) << "the planner's unhinted plan samples the share";
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    uint16_t* host_out = nullptr;
+    float* host_lse = nullptr;
+    CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&host_out), d.out.n * sizeof(uint16_t)));
+    CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&host_lse), d.lse.n * sizeof(float)));
+    d.poison();
+    DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
+    CUDA_OK(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes));
+    CUDA_OK(cudaDeviceSynchronize());
+    sparse_mla_forward(d.view(), plan, ws.ptr, plan.workspace_bytes, stream);
+    CUDA_OK(cudaMemcpyAsync(host_out, d.out.ptr, d.out.n * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(cudaMemcpyAsync(host_lse, d.lse.ptr, d.lse.n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> o;
+    std::vector<float> l;
+    d.fetch(o, l);
+    const std::string what = workload::to_string(pattern);
+    EXPECT_TRUE(std::equal(o.begin(), o.end(), host_out)) << what << ": out copied before the forward had ended";
+    EXPECT_TRUE(std::memcmp(l.data(), host_lse, l.size() * sizeof(float)) == 0) << what << ": lse copied before the forward had ended";
+    PlanChoice forced;
+    forced.kernel = pattern == IndexPattern::random ? PlanChoice::Kernel::split_k : PlanChoice::Kernel::shared_rows;
+    SparseMlaPlan want = plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), forced);
+    if (pattern == IndexPattern::random) {  // the probe's split-K half: one split of whole lists
+      PlanChoice one_split = forced;
+      one_split.splits = 1;
+      want = plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), one_split);
+    }
+    const auto forced_out = forward_outputs(d, want);
+    EXPECT_TRUE(forced_out.first == o && forced_out.second == l) << what << ": not the output of the kernel the share picks";
+    CUDA_OK(cudaFreeHost(host_out));
+    CUDA_OK(cudaFreeHost(host_lse));
+    CUDA_OK(cudaStreamDestroy(stream));
+  }
 }
 
 // The probe, both shared-rows chains and split-K in a graph; replays that pick each kernel (a
