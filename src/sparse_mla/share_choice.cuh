@@ -2,11 +2,12 @@
 // pass, split-K, the order pass and the main kernel, the last three by programmatic dependent
 // launch; each of their CTAs asks first whether its kernel is the one the probe's counts chose,
 // and leaves at once if not. No host round trip, so the call stays asynchronous and
-// graph-capturable. Split-K sits between the passes so that the grid not chosen runs where the
-// chosen one leaves SMs idle: shared rows chosen, split-K's empty CTAs pass during the union
-// pass; split-K chosen, the main kernel's during split-K's last wave (each kernel lets the next
-// one launch from its start). Run 693 launched them one after the other: the empty grids' waves
-// of a memory round trip each cost 13-36 µs.
+// graph-capturable. Split-K sits between the passes, which its 2-8x more CTAs cost most to run
+// empty: shared rows chosen, its CTAs leave during the union pass (which lets it launch from its
+// start); split-K chosen, the empty union pass is short, and the order pass lets the main kernel
+// launch only once split-K has ended, so the chain never ends before it. Run 693 launched split-K
+// after the main kernel: the empty grids' waves, a memory round trip each, cost 13-36 µs. A wait
+// in the main kernel's own path for leaving cost prefill 13 % (run 694), so it has none.
 #pragma once
 
 #include "common/ptx.cuh"
@@ -38,9 +39,9 @@ __device__ __forceinline__ bool share_probe_skips(const SparseMlaParams& p, bool
   return p.share_line_permille > 0 && share_probe_picks_shared_rows(p) != shared_rows;
 }
 
-// How a CTA of a dependent launch leaves when its kernel was not chosen. The next kernel's
-// griddepcontrol.wait covers this grid only, so this grid must not end before the one it follows
-// (the chosen split-K, or the union pass's records): its last CTA waits for that grid first.
+// How split-K's CTAs leave when shared rows were chosen. The order pass's griddepcontrol.wait
+// covers split-K's grid only, so that grid must not end before the union pass it follows (whose
+// records the order pass reads): its last CTA waits for it first.
 __device__ __forceinline__ void share_probe_leave() {
   if (blockIdx.x == gridDim.x - 1) ptx::wait_prerequisites();
 }

@@ -778,9 +778,16 @@ constexpr int kSizeBuckets = 64;
 __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_kernel(const SparseMlaParams p) {
   __shared__ int s_next[kSizeBuckets + 1];                // per class: its count, then its next position
   __shared__ int s_count[kOrderWarps][kSizeBuckets];      // per (warp, class) in a chunk
-  ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
+  // The main kernel's CTAs may take the SMs the union pass leaves. With a share probe only once
+  // split-K (between the passes) has ended: the main kernel then never ends before it, whether
+  // its CTAs leave at once (split-K chosen) or not (share_choice.cuh).
+  const bool share_probe = p.share_line_permille > 0;
+  if (!share_probe) ptx::launch_dependents();
   ptx::wait_prerequisites();  // the union pass's sizes (with a share probe: split-K's end, which follows it)
-  if (share_probe_skips(p, true)) return;  // one CTA, which has waited: share_probe_leave's rule
+  if (share_probe) {
+    ptx::launch_dependents();
+    if (!share_probe_picks_shared_rows(p)) return;
+  }
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
   const int num_groups = static_cast<int>(shared_rows_groups(num_blocks));
@@ -858,10 +865,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ uint64_t q_landed;            // Q's bulk tensor copies complete (thread 0 expects their bytes)
   __shared__ uint64_t s_issued[2];         // S of tile j >= 1 issued (j % 2): 128 scores threads
-  if (share_probe_skips(p, true)) {  // a share-probe plan whose probe chose split-K
-    share_probe_leave();
-    return;
-  }
+  if (share_probe_skips(p, true)) return;  // launched once split-K has ended (the order pass)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
