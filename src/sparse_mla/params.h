@@ -578,8 +578,7 @@ inline SparseMlaParams later_tokens_view(const SparseMlaParams& p) {
 
 // Launchers (src/sparse_mla/*.cu).
 void launch_sparse_mla_splitk(const SparseMlaParams& p, cudaStream_t stream, int stage = kStageFull);
-// split_k (a share-probe plan's other half; share_choice.cuh): launched after the union pass,
-// before the order pass.
+// split_k (a share-probe plan's other half; share_choice.cuh): launched after the main kernel.
 void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream, const SparseMlaParams* split_k = nullptr);
 // The combine of p.splits > 1 partials (splitk_kernel.cu), launched dependent on the kernel before
 // it; both kernels' splits end with it.

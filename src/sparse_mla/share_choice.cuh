@@ -1,13 +1,15 @@
-// The device side of SparseMlaPlan::share_probe. The forward launches the probe, then the union
-// pass, split-K, the order pass and the main kernel, the last three by programmatic dependent
-// launch; each of their CTAs asks first whether its kernel is the one the probe's counts chose,
-// and leaves at once if not. No host round trip, so the call stays asynchronous and
-// graph-capturable. Split-K sits between the passes, which its 2-8x more CTAs cost most to run
-// empty: shared rows chosen, its CTAs leave during the union pass (which lets it launch from its
-// start); split-K chosen, the empty union pass is short, and the order pass lets the main kernel
-// launch only once split-K has ended, so the chain never ends before it. Run 693 launched split-K
-// after the main kernel: the empty grids' waves, a memory round trip each, cost 13-36 µs. A wait
-// in the main kernel's own path for leaving cost prefill 13 % (run 694), so it has none.
+// The device side of SparseMlaPlan::share_probe. The forward launches the probe, the union pass,
+// the order pass, the main kernel and split-K, the last three by programmatic dependent launch;
+// each of their CTAs asks first whether its kernel is the one the probe's counts chose, and
+// leaves at once if not. No host round trip, so the call stays asynchronous and
+// graph-capturable. Split-K comes last: shared rows chosen, the main kernel lets it launch from
+// its start, and its 2-8x more CTAs leave on the SMs the main kernel's last wave frees, the last
+// of them waiting for the main kernel so that the chain ends after it; split-K chosen, the empty
+// passes and main kernel go first, a wave of memory round trips per 132 groups (T / 528).
+// Measured on the H200: after the main kernel one after the other, the empty grids cost 13-36 µs
+// (run 693); split-K between the passes, 11-34 µs with shared rows chosen (its waves after the
+// union pass, run 695); a wait in the main kernel's own path for leaving cost prefill 13 % (its
+// code 5 KB longer, run 694), so it has none.
 #pragma once
 
 #include "common/ptx.cuh"
@@ -39,9 +41,8 @@ __device__ __forceinline__ bool share_probe_skips(const SparseMlaParams& p, bool
   return p.share_line_permille > 0 && share_probe_picks_shared_rows(p) != shared_rows;
 }
 
-// How split-K's CTAs leave when shared rows were chosen. The order pass's griddepcontrol.wait
-// covers split-K's grid only, so that grid must not end before the union pass it follows (whose
-// records the order pass reads): its last CTA waits for it first.
+// How split-K's CTAs leave when shared rows were chosen: the chain ends with split-K's grid, which
+// must not end before the main kernel it follows, so its last CTA waits for it first.
 __device__ __forceinline__ void share_probe_leave() {
   if (blockIdx.x == gridDim.x - 1) ptx::wait_prerequisites();
 }

@@ -579,7 +579,7 @@ __global__ void __launch_bounds__(kUnionThreads, kUnionCtasPerSm) sparse_mla_sha
   __shared__ int s_repeats;                // some token lists some row twice
   __shared__ int s_row_lo[kUnionWarps], s_row_hi[kUnionWarps];  // per warp: lowest and highest valid row
   __shared__ int s_warp_keys[kUnionWarps];  // per warp: valid keys
-  ptx::launch_dependents();  // the order pass may start (with a share probe split-K); it waits for this pass to end
+  ptx::launch_dependents();  // the order pass may start; it waits for this pass to end
   if (share_probe_skips(p, true)) return;  // a share-probe plan whose probe chose split-K (launched plainly: no wait)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -778,16 +778,9 @@ constexpr int kSizeBuckets = 64;
 __global__ void __launch_bounds__(kOrderThreads) sparse_mla_shared_rows_order_kernel(const SparseMlaParams p) {
   __shared__ int s_next[kSizeBuckets + 1];                // per class: its count, then its next position
   __shared__ int s_count[kOrderWarps][kSizeBuckets];      // per (warp, class) in a chunk
-  // The main kernel's CTAs may take the SMs the union pass leaves. With a share probe only once
-  // split-K (between the passes) has ended: the main kernel then never ends before it, whether
-  // its CTAs leave at once (split-K chosen) or not (share_choice.cuh).
-  const bool share_probe = p.share_line_permille > 0;
-  if (!share_probe) ptx::launch_dependents();
-  ptx::wait_prerequisites();  // the union pass's sizes (with a share probe: split-K's end, which follows it)
-  if (share_probe) {
-    ptx::launch_dependents();
-    if (!share_probe_picks_shared_rows(p)) return;
-  }
+  ptx::launch_dependents();  // the main kernel's CTAs may take the SMs the union pass leaves
+  ptx::wait_prerequisites();  // the union pass's sizes
+  if (share_probe_skips(p, true)) return;  // a share-probe plan whose probe chose split-K
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t num_blocks = shared_rows_head_blocks(p.num_tokens, p.num_heads);
   const int num_groups = static_cast<int>(shared_rows_groups(num_blocks));
@@ -865,7 +858,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
   __shared__ uint64_t q_read;              // Q staging read into registers: 128 scores threads
   __shared__ uint64_t q_landed;            // Q's bulk tensor copies complete (thread 0 expects their bytes)
   __shared__ uint64_t s_issued[2];         // S of tile j >= 1 issued (j % 2): 128 scores threads
-  if (share_probe_skips(p, true)) return;  // launched once split-K has ended (the order pass)
+  if (share_probe_skips(p, true)) return;  // a share-probe plan whose probe chose split-K (it follows: nothing to wait for)
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wg = warp / 4;               // 0: scores, 1-2: output
@@ -918,6 +911,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_mla_shared_rows_kernel(con
     group = b < lead_ctas ? b / splits : lead_groups + (b - lead_ctas) / splits;
     split = b < lead_ctas ? b % splits : (b - lead_ctas) % splits;
   } else {
+    if (p.share_line_permille > 0) ptx::launch_dependents();  // a share probe's split-K: its CTAs leave on the SMs the last wave frees
     ptx::wait_prerequisites();
     group = reinterpret_cast<const int*>(p.shared_rows_union + shared_rows_order_offset(num_blocks, p.topk))[blockIdx.x];
   }
@@ -1570,9 +1564,9 @@ void launch_sparse_mla_shared_rows(const SparseMlaParams& p, cudaStream_t stream
   if (p.shared_rows_union_pass) {
     sparse_mla_shared_rows_union_kernel<<<static_cast<unsigned>(groups), kUnionThreads, 0, stream>>>(p);
     DSA_CUDA_CHECK(cudaGetLastError());
-    if (split_k != nullptr) launch_sparse_mla_splitk(*split_k, stream);  // a share probe's other kernel (dependent)
     if (!split_out) launch_dependent(sparse_mla_shared_rows_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, p);
     launch_dependent(kernel, grid, dim3(kThreads), kSmemBytes, stream, p, q_maps);
+    if (split_k != nullptr) launch_sparse_mla_splitk(*split_k, stream);  // a share probe's other kernel (dependent)
   } else {
     kernel<<<grid, kThreads, kSmemBytes, stream>>>(p, q_maps);
     DSA_CUDA_CHECK(cudaGetLastError());

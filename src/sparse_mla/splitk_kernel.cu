@@ -836,10 +836,9 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
   };
   if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns();
-  // A share-probe plan's half (share_choice.cuh), launched between the union and order passes: its
-  // own instances, as the check alone cost the other plans' T <= 8 0.2-0.5 µs (run 693).
+  // A share-probe plan's half (share_choice.cuh), launched after the main kernel: its own
+  // instances, as the check alone cost the other plans' T <= 8 0.2-0.5 µs (run 693).
   if constexpr (kShareProbe) {
-    ptx::launch_dependents();  // the order pass may launch into this grid's last wave
     if (share_probe_picks_shared_rows(p)) {
       share_probe_leave();
       mark_exit();
@@ -1752,7 +1751,7 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t token_ctas =
       kBalanced ? p.balanced_slots : lead_split_ctas(p.num_tokens, p.splits, p.lead_tokens, p.lead_splits);
   const int64_t ctas = token_ctas * (p.num_heads / kHeadGroup);
-  if constexpr (kShareProbe) {  // after the union pass (share_choice.cuh)
+  if constexpr (kShareProbe) {  // after the main kernel (share_choice.cuh)
     launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
     return;
   }
