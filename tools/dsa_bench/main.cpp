@@ -45,9 +45,9 @@ namespace dsa::bench {
 namespace {
 
 constexpr int kRowBytes = (kCkvDim + kKpeDim) * 2;  // 1152 B gathered per index entry
-// Groups of 4 tokens `inspect` samples for its probe estimate (16: within 0.2 points of the full
-// share on every case of perf.md runs 686-687).
-constexpr int kInspectSampledGroups = 16;
+// Groups of 4 tokens `inspect` samples, as the forward's share probe does (SparseMlaPlan::
+// share_probe; 16: within 0.2 points of the full share on every case of perf.md runs 686-687).
+constexpr int kInspectSampledGroups = detail::kShareProbeSamples;  // as the forward's share probe
 
 struct Options : TimingOptions {
   std::string suite = "targets";
@@ -1093,6 +1093,17 @@ int run_inspect(const Options& o, int tokens_shown) {
         std::printf("         lead tokens 0-%d in %d split%s each (their CTAs first), tokens %d-%d in %d\n", plan.lead_tokens - 1,
                     plan.lead_splits, plan.lead_splits > 1 ? "s" : "", plan.lead_tokens, s.num_tokens - 1, plan.splits);
       if (plan.row_order) std::printf("         row order: the union pass sorts each token's rows by the row's top bits\n");
+      if (plan.share_probe.line_permille > 0) {
+        // SparseMlaPlan::share_probe: which kernel the forward will run, from the same groups
+        // (the device hashes caches of more than 2^17 rows: within ~0.4 points of this).
+        const double share = analysis::sampled_group_union_ratio(idx, s.num_tokens, s.topk, rows, detail::kShareProbeSamples);
+        const SparseMlaPlan::ShareProbe& sp = plan.share_probe;
+        std::printf("         share probe: shared rows where the sampled groups' unions hold <= %.1f%% of their entries, else "
+                    "split-K in one split (%d-row tiles%s%s); here %.1f%%: %s\n",
+                    sp.line_permille / 10.0, sp.split_k_block_keys, sp.split_k_row_order ? ", row order" : "",
+                    sp.split_k_split_softmax ? ", split softmax" : "", 100.0 * share,
+                    share * 1000 <= sp.line_permille ? "shared rows" : "split-K");
+      }
       continue;
     }
     if (plan.lead_tokens == 0)
