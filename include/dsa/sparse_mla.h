@@ -138,7 +138,9 @@ enum class SparseMlaKernel {
                 // of the CTA's tokens list is gathered and read once for all (prefill, where the
                 // tokens of a sequence share rows); with one token per CTA every row is read
                 // once per token, not once per 16 heads. The planner picks it:
-                //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512;
+                //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512
+                //    and a bf16 cache, and then only where the forward's share probe says the
+                //    tokens share enough rows (SparseMlaPlan::share_probe);
                 //    from T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for
                 //    consecutive) when its CTAs fill >= 90 % of whole waves; for consecutive
                 //    with a bf16 cache and topk 2048 also from T >= 117 in up to 4 splits per
