@@ -612,7 +612,9 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   // Stage variants exist for split_k's 32-row tiles with the softmax repeated in every warp only.
   const bool split_k = res.plan.kernel == SparseMlaKernel::split_k && !res.plan.balanced && !res.plan.split_softmax &&
                        res.plan.block_keys == detail::kPlannerBlockKeys;
-  if (o.timeline) res.timeline = run_timeline(p, res.plan, ws, timer);
+  if (o.timeline)  // one kernel's CTAs: a share-probe plan launches two (the forward refuses it a timeline)
+    res.timeline = res.plan.share_probe.line_permille > 0 ? "none: a share-probe plan runs two kernels; force one with --kernel"
+                                                          : run_timeline(p, res.plan, ws, timer);
   if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
     constexpr int kCalls = 16;
     double best = 1e30;
