@@ -6,10 +6,12 @@
 // its start, and its 2-8x more CTAs leave on the SMs the main kernel's last wave frees, the last
 // of them waiting for the main kernel so that the chain ends after it; split-K chosen, the empty
 // passes and main kernel go first, a wave of memory round trips per 132 groups (T / 528).
-// Measured on the H200: after the main kernel one after the other, the empty grids cost 13-36 µs
-// (run 693); split-K between the passes, 11-34 µs with shared rows chosen (its waves after the
-// union pass, run 695); a wait in the main kernel's own path for leaving cost prefill 13 % (its
-// code 5 KB longer, run 694), so it has none.
+// Measured on the H200 over the chosen kernel alone: split-K launched after the main kernel
+// plainly, +13-36 µs (run 693); between the passes, +11-34 µs with shared rows chosen (run 695);
+// this layout, +10-39 µs with shared rows chosen and +13-23 with split-K (run 696). The layouts
+// moved little, so what is left is most likely each chosen CTA's round trip for the pairs before
+// its work, not the empty grids (docs/design.md: next). A wait in the main kernel's own path for
+// leaving cost prefill 13 % (its code 5 KB longer, run 694), so it has none.
 #pragma once
 
 #include "common/ptx.cuh"
