@@ -2,7 +2,9 @@
 // draws a shape (H, T, topk, page size, cache rows), an index pattern, a cache format and row
 // stride, layouts of q, out, lse and indices with gaps, per-token list lengths with stale rows
 // past them, a sharing hint, a softmax scale of either sign or 0, and half the time a PlanChoice
-// (a choice the planner refuses is counted, and the case runs the planner's plan). It fails on:
+// (a choice the planner refuses is counted, and the case runs the planner's plan); every 16th
+// case (number % 16 == 7) is redrawn as an unhinted 16-head bf16 call from T = 2048, which the
+// planner gives a share probe (SparseMlaPlan::share_probe). It fails on:
 //  - disagreement (the tests' rule) with the GPU reference, or with the float64 CPU reference
 //    where that is quick: the CPU reference shares no code with the forward's launch path, where
 //    the GPU reference's parameters come from;
