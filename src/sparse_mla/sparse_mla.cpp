@@ -225,10 +225,9 @@ static void check_plan_lead_tokens(const SparseMlaPlan& plan) {
     fail("plan", "inconsistent lead_tokens / lead_splits");
 }
 
-// The kernels' sort keys: those of the cache's rows with row order, else 0 (off).
-static void set_row_order(detail::SparseMlaParams& k, bool row_order) {
-  k.row_order_shift = k.row_order_bits = 0;
-  if (!row_order) return;
+// The kernels' sort keys for a plan with row order (make_params leaves them 0: off).
+static void set_row_order(detail::SparseMlaParams& k, const SparseMlaPlan& plan) {
+  if (!plan.row_order) return;
   const detail::RowOrderKeyBits b = detail::row_order_key_bits(k.num_rows);
   k.row_order_shift = b.shift;
   k.row_order_bits = b.bits;
@@ -248,25 +247,32 @@ static void check_share_probe_plan(const SparseMlaProblem& problem, const Sparse
   if (timeline != nullptr) fail("plan", "a timeline needs one kernel: force it (PlanChoice::kernel) instead of share_probe");
 }
 
-// The split_k half of a share-probe plan: the problem's params (k, with the probe's pairs) as
-// one split of the whole list.
-static detail::SparseMlaParams share_probe_split_k_params(detail::SparseMlaParams k, const SparseMlaPlan& plan) {
-  k.shared_rows_union = nullptr;
-  k.shared_rows_union_pass = false;
-  k.splits_over_entries = false;
-  k.block_keys = plan.share_probe.split_k_block_keys;
-  k.splits = 1;
-  k.chunk = plan.topk;
-  k.fused_rows = 0;
-  k.lead_tokens = 0;
-  k.lead_splits = 1;
-  k.lead_chunk = plan.topk;
-  k.partial_out = nullptr;
-  k.partial_lse = nullptr;
-  set_row_order(k, plan.share_probe.split_k_row_order);
-  k.split_softmax = plan.share_probe.split_k_split_softmax;
-  k.timeline = nullptr;
-  return k;
+// A split_k plan's tiles, splits, lead tokens, fused rows, row order and softmax in k (its
+// partials and timeline are the caller's).
+static void set_split_k(detail::SparseMlaParams& k, const SparseMlaPlan& plan) {
+  k.block_keys = plan.block_keys;
+  k.splits = plan.splits;
+  k.chunk = plan.chunk;
+  k.lead_tokens = plan.lead_tokens;
+  k.lead_splits = plan.lead_splits;
+  k.lead_chunk = splitk_lead_chunk(plan);
+  k.fused_rows = plan.fused_rows;
+  set_row_order(k, plan);
+  k.split_softmax = plan.split_softmax;
+}
+
+// The split_k half of a share-probe plan, as a plan: one split of the whole list, with the
+// half's tiles, row order and softmax.
+static SparseMlaPlan share_probe_split_k_plan(const SparseMlaPlan& plan) {
+  SparseMlaPlan half;
+  half.num_tokens = plan.num_tokens, half.num_heads = plan.num_heads, half.topk = plan.topk;
+  half.kernel = SparseMlaKernel::split_k;
+  half.block_keys = plan.share_probe.split_k_block_keys;
+  half.splits = 1;
+  half.chunk = plan.topk;
+  half.row_order = plan.share_probe.split_k_row_order;
+  half.split_softmax = plan.share_probe.split_k_split_softmax;
+  return half;
 }
 
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
@@ -364,15 +370,16 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     k.fused_rows = plan.fused_rows;
     if (plan.row_order && !detail::shared_rows_row_order_fit(plan.union_pass, plan.num_heads))
       fail("plan", "inconsistent row_order");
-    set_row_order(k, plan.row_order);
+    set_row_order(k, plan);
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
+    detail::SparseMlaParams split_k{};  // a share probe's other half: the problem's params, the probe's pairs
     if (probe) {
-      const detail::SparseMlaParams split_k = share_probe_split_k_params(k, plan);
-      launch_sparse_mla_shared_rows(k, stream, &split_k);
-    } else {
-      launch_sparse_mla_shared_rows(k, stream);
+      split_k = make_params(problem);
+      split_k.share_pairs = k.share_pairs, split_k.share_samples = k.share_samples, split_k.share_line_permille = k.share_line_permille;
+      set_split_k(split_k, share_probe_split_k_plan(plan));
     }
+    launch_sparse_mla_shared_rows(k, stream, probe ? &split_k : nullptr);
     return;
   }
   if (fp8_cache(problem) && ((plan.block_keys != 32 && plan.block_keys != 64) || stage != kStageFull))
@@ -404,16 +411,8 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   require_workspace(workspace, workspace_bytes,
                     workspace_for(problem.num_tokens, problem.num_heads, plan.splits, plan.lead_tokens, plan.lead_splits));
   detail::SparseMlaParams k = make_params(problem);
-  k.block_keys = plan.block_keys;
-  k.splits = plan.splits;
-  k.chunk = plan.chunk;
-  k.lead_tokens = plan.lead_tokens;
-  k.lead_splits = plan.lead_splits;
-  k.lead_chunk = splitk_lead_chunk(plan);
-  k.fused_rows = plan.fused_rows;
-  set_row_order(k, plan.row_order);
+  set_split_k(k, plan);
   set_partials(k, workspace, 0);
-  k.split_softmax = plan.split_softmax;
   k.timeline = timeline;
   launch_sparse_mla_splitk(k, stream, stage);
 }
