@@ -70,6 +70,7 @@ struct Options : TimingOptions {
   std::string sharing = "auto";  // the planner's IndexSharing hint: auto (per case), unknown, consecutive, none
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
+  bool kernel_starts = false;  // after the table, each kernel's start and end within the call (CUPTI)
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
   bool warm_tlb = false;   // after each flush, touch one word per 64 KB of every buffer (caches translations only)
   bool host_overhead = false;  // host time of plan + forward, enqueue only
@@ -790,10 +791,31 @@ void print_table(const std::vector<Result>& results, FILE* f) {
   }
 }
 
+// Each case's kernels (--kernel-starts): name start-end, in the order they start, µs after the
+// call's first start. Where a kernel starts before the one before it ends, dependent launch
+// overlapped them; where it starts after, the gap is launch latency or a wait.
+void print_kernel_starts(const std::vector<Result>& results, FILE* f) {
+  for (const Result& r : results) {
+    const Timing& t = r.kernel;
+    if (t.kernel_names.empty()) continue;
+    std::fprintf(f, "kernels %s (%s, %.1f us):", r.c.name.c_str(), plan_label(r.plan).c_str(), t.median_us);
+    for (size_t k = 0; k < t.kernel_names.size(); ++k)
+      std::fprintf(f, "%s %s %.1f-%.1f", k == 0 ? "" : ",", t.kernel_names[k].c_str(), t.per_kernel_start_us[k], t.per_kernel_end_us[k]);
+    std::fprintf(f, "\n");
+  }
+}
+
 nlohmann::json to_json(const Result& r) {
   auto timing = [](const Timing& t) {
-    return nlohmann::json{{"median_us", t.median_us}, {"min_us", t.min_us}, {"max_us", t.max_us}, {"reps", t.reps},
-                          {"timer", to_string(t.timer)}, {"per_kernel_median_us", t.per_kernel_median_us}};
+    return nlohmann::json{{"median_us", t.median_us},
+                          {"min_us", t.min_us},
+                          {"max_us", t.max_us},
+                          {"reps", t.reps},
+                          {"timer", to_string(t.timer)},
+                          {"per_kernel_median_us", t.per_kernel_median_us},
+                          {"per_kernel_start_us", t.per_kernel_start_us},
+                          {"per_kernel_end_us", t.per_kernel_end_us},
+                          {"kernel_names", t.kernel_names}};
   };
   auto agreement = [](const Agreement& a) {
     return nlohmann::json{{"ok", a.ok()}, {"failed_elements", a.failed_elements}, {"non_finite", a.non_finite},
@@ -945,6 +967,7 @@ int run(const Options& o) {
   print_stage_table(results, stdout);
   print_union_table(results, stdout);
   print_cliffs(results, stdout);
+  if (o.kernel_starts) print_kernel_starts(results, stdout);
   for (const Result& r : results)
     if (!r.timeline.empty()) std::printf("timeline %s: %s\n", r.c.name.c_str(), r.timeline.c_str());
   bool all_ok = true;
@@ -1216,6 +1239,9 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
+  app.add_flag("--kernel-starts", o.kernel_starts,
+               "after the table, each kernel of a call (cupti): its name, start and end in us after the call's first start "
+               "(medians): the gaps and overlaps of a chain of launches");
   app.add_flag("--warm-code", o.warm_code,
                "diagnostic (cupti): after each flush, run the same kernels on other data, so the timed call pays "
                "for cold data but not for cold instructions");

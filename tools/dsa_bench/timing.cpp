@@ -7,6 +7,7 @@
 
 #include <cupti.h>
 
+#include "call_kernels.h"
 #include "common/cuda_check.h"
 
 namespace dsa::bench {
@@ -14,9 +15,6 @@ namespace {
 
 constexpr size_t kFlushBytes = size_t(256) << 20;  // > 5x the 50 MB L2 of an H100
 
-struct KernelRecord {
-  uint64_t start, end;
-};
 std::mutex g_mu;
 std::vector<KernelRecord> g_records;
 
@@ -42,7 +40,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
     if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-      g_records.push_back({k->start, k->end});
+      g_records.push_back({k->start, k->end, k->name != nullptr ? k->name : ""});
     }
   }
   std::free(buffer);
@@ -184,25 +182,15 @@ Timing KernelTimer::time_cupti(const std::function<void()>& call, int kernels_pe
   if (recs.size() != static_cast<size_t>(reps) * (skip + kernels_per_call))
     throw Error("cupti: expected " + std::to_string(reps * (skip + kernels_per_call)) + " kernel records, got " +
                 std::to_string(recs.size()));
-  std::sort(recs.begin(), recs.end(), [](const KernelRecord& a, const KernelRecord& b) { return a.start < b.start; });
-  if (skip > 0) {
-    std::vector<KernelRecord> kept;
-    for (size_t i = 0; i < recs.size(); ++i)
-      if (i % (skip + kernels_per_call) >= static_cast<size_t>(skip)) kept.push_back(recs[i]);
-    recs.swap(kept);
+  const CallKernels calls = group_calls(std::move(recs), kernels_per_call, skip);
+  Timing t = summarize(calls.span_us, Timer::cupti);
+  const auto median = [](const std::vector<double>& v) { return summarize(v, Timer::cupti).median_us; };
+  for (int k = 0; k < kernels_per_call; ++k) {
+    t.per_kernel_median_us.push_back(median(calls.duration_us[k]));
+    t.per_kernel_start_us.push_back(median(calls.start_us[k]));
+    t.per_kernel_end_us.push_back(median(calls.end_us[k]));
   }
-  std::vector<double> us;
-  std::vector<std::vector<double>> each(kernels_per_call);
-  for (size_t i = 0; i < recs.size(); i += kernels_per_call) {
-    uint64_t end = 0;
-    for (int k = 0; k < kernels_per_call; ++k) {
-      end = std::max(end, recs[i + k].end);
-      each[k].push_back((recs[i + k].end - recs[i + k].start) * 1e-3);
-    }
-    us.push_back((end - recs[i].start) * 1e-3);
-  }
-  Timing t = summarize(us, Timer::cupti);
-  for (auto& v : each) t.per_kernel_median_us.push_back(summarize(v, Timer::cupti).median_us);
+  t.kernel_names = calls.names;
   return t;
 }
 

@@ -32,7 +32,10 @@ struct Timing {
   double median_us = 0, min_us = 0, max_us = 0;
   int reps = 0;
   Timer timer = Timer::cupti;
-  std::vector<double> per_kernel_median_us;  // cupti only: each kernel of a call, in launch order
+  // cupti only, each kernel of a call in the order they start (call_kernels.h), medians: its
+  // duration, its start and end after the call's first start; and its name.
+  std::vector<double> per_kernel_median_us, per_kernel_start_us, per_kernel_end_us;
+  std::vector<std::string> kernel_names;
 };
 
 class KernelTimer {
