@@ -9,9 +9,9 @@
 // Measured on the H200 over the chosen kernel alone: split-K launched after the main kernel
 // plainly, +13-36 µs (run 693); between the passes, +11-34 µs with shared rows chosen (run 695);
 // this layout, +10-39 µs with shared rows chosen and +13-23 with split-K (run 696). Of that, the
-// pairs' round trip is nothing measurable (read through L1: noise, run 697); the empty grids
-// ~1.5-4 µs at T = 2048, 9-14 at T = 4096-8192; the probe and the extra launches the other
-// 7-10 µs (runs 698-700, docs/perf.md). Split-K's half looping over slots in one resident grid
+// pairs' round trip is a few µs at most (read through L1: -1.4 to -5.2 µs with split-K chosen,
+// -0.6 to +21 with shared rows, run 697); the empty grids ~1.5-4 µs at T = 2048, 9-14 at T =
+// 4096-8192; the probe and the extra launches the other 7-10 µs (runs 698-700, docs/perf.md). Split-K's half looping over slots in one resident grid
 // left faster with shared rows chosen and ran 1-2 % slower when chosen (run 700): not kept. A
 // wait in the main kernel's own path for leaving cost prefill 13 % (its code 5 KB longer, run
 // 694), so it has none.
