@@ -1320,6 +1320,7 @@ int main(int argc, char** argv) {
     if (o.warm_code && o.timer != "cupti") throw dsa::Error("--warm-code: needs --timer cupti, got " + o.timer);
     if (o.warm_tlb && o.timer != "cupti") throw dsa::Error("--warm-tlb: needs --timer cupti, got " + o.timer);
     if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
+    if (o.kernel_starts && o.timer != "cupti") throw dsa::Error("--kernel-starts: needs --timer cupti, got " + o.timer);
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*wgmma) return dsa::bench::run_wgmma_probe();
     if (*gather) return dsa::bench::run_gather_probe(gather_tokens, gather_reps, gather_timer);
