@@ -353,12 +353,13 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     const size_t pairs_offset = detail::share_probe_pairs_offset(shared_bytes);
     require_workspace(workspace, workspace_bytes, probe ? pairs_offset + detail::kShareProbePairsBytes : shared_bytes);
     detail::SparseMlaParams k = make_params(problem);
-    if (probe) {  // the probe, then both kernels, each reading its choice (share_choice.cuh)
+    detail::SparseMlaParams split_k{};  // a share probe's other half: the problem's params and the probe's pairs, as k's
+    if (probe) {  // both kernels read the probe's choice (share_choice.cuh)
       k.share_pairs = reinterpret_cast<const int2*>(static_cast<uint8_t*>(workspace) + pairs_offset);
       k.share_samples = static_cast<int>(detail::share_probe_groups(T, detail::kShareProbeSamples));
       k.share_line_permille = plan.share_probe.line_permille;
-      detail::launch_share_probe(k.indices, k.topk_lengths, T, k.topk, k.indices_token_stride, k.num_rows, detail::kShareProbeSamples,
-                                 const_cast<int2*>(k.share_pairs), nullptr, stream);
+      split_k = k;
+      set_split_k(split_k, share_probe_split_k_plan(plan));
     }
     k.shared_rows_union = plan.union_pass ? static_cast<uint8_t*>(workspace) : nullptr;
     k.shared_rows_union_pass = plan.union_pass;
@@ -373,12 +374,9 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     set_row_order(k, plan);
     set_partials(k, workspace, shared_rows_union_bytes(T, H, problem.topk, plan.union_pass));
     k.timeline = timeline;
-    detail::SparseMlaParams split_k{};  // a share probe's other half: the problem's params, the probe's pairs
-    if (probe) {
-      split_k = make_params(problem);
-      split_k.share_pairs = k.share_pairs, split_k.share_samples = k.share_samples, split_k.share_line_permille = k.share_line_permille;
-      set_split_k(split_k, share_probe_split_k_plan(plan));
-    }
+    if (probe)  // the probe first, once every check has passed
+      detail::launch_share_probe(k.indices, k.topk_lengths, T, k.topk, k.indices_token_stride, k.num_rows, detail::kShareProbeSamples,
+                                 const_cast<int2*>(k.share_pairs), nullptr, stream);
     launch_sparse_mla_shared_rows(k, stream, probe ? &split_k : nullptr);
     return;
   }
