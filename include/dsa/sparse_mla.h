@@ -138,13 +138,12 @@ enum class SparseMlaKernel {
                 // of the CTA's tokens list is gathered and read once for all (prefill, where the
                 // tokens of a sequence share rows); with one token per CTA every row is read
                 // once per token, not once per 16 heads. The planner picks it:
-                //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512
-                //    and a bf16 cache, and then only where the forward's share probe says the
-                //    tokens share enough rows (SparseMlaPlan::share_probe);
-                //    from T >= 2048 (512 for consecutive; an fp8_ds_mla cache only for
-                //    consecutive) when its CTAs fill >= 90 % of whole waves; for consecutive
-                //    with a bf16 cache and topk 2048 also from T >= 117 in up to 4 splits per
-                //    group (below 10/8 of the H100's bandwidth);
+                //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512,
+                //    and then only where the forward's share probe says the tokens share
+                //    enough rows (SparseMlaPlan::share_probe);
+                //    from T >= 2048 (512 for consecutive) when its CTAs fill >= 90 % of
+                //    whole waves; for consecutive with a bf16 cache and topk 2048 also from
+                //    T >= 117 in up to 4 splits per group (below 10/8 of the H100's bandwidth);
                 //  - 32 heads with topk >= 1024, whatever the hint, from T >= 16: one token per
                 //    CTA up to 1.7 waves (T <= 1.7 x the SM count); past them a bf16 cache 2
                 //    tokens per CTA or one (below; by a count of waves that the device's memory
@@ -252,7 +251,7 @@ struct SparseMlaPlan {
   // split (H100: T = 8 runs / T = 64 random -2 / -1 %, against +4 % unsplit at T = 1024 random);
   // docs/perf.md runs 548 and 550.
   bool split_softmax = false;
-  // Unhinted (IndexSharing::unknown) 16-head bf16 calls where the planner takes shared rows
+  // Unhinted (IndexSharing::unknown) 16-head calls where the planner takes shared rows
   // (T >= 2048, lists of >= 512): whether they pay depends on how many rows consecutive tokens
   // share, which the planner cannot see (H200: split-K 12-26 % faster where tokens share little,
   // shared rows 7-59 % where they share most; docs/perf.md runs 685-687). With line_permille > 0
@@ -260,8 +259,9 @@ struct SparseMlaPlan {
   // sample_group_sharing), then launches this plan's shared-rows kernels and a one-split split_k
   // plan with the tiles, row order and split softmax below; the CTAs of the kernel not chosen
   // leave at once. Shared rows run where the groups' unions keep at most line_permille / 1000
-  // of their entries (the planner's: 710 on fast memory, 800 else); otherwise split_k. The
-  // caller's hint (consecutive, none) or a forced kernel turns it off.
+  // of their entries (the planner's: bf16 710 on fast memory, 800 else; fp8_ds_mla 520, whose
+  // split_k reads less); otherwise split_k. The caller's hint (consecutive, none) or a forced
+  // kernel turns it off (an unhinted fp8 call then keeps split_k).
   struct ShareProbe {
     int line_permille = 0;  // 0: off
     int split_k_block_keys = 0;

@@ -450,6 +450,15 @@ inline constexpr int kShareProbeBitsLog2 = 17;
 inline constexpr int kShareProbeBits = 1 << kShareProbeBitsLog2;
 inline constexpr int kShareProbeLinePermille = 800;
 inline constexpr int kShareProbeLinePermilleFastMemory = 710;
+// An fp8 cache's split-K reads 656-byte rows, so shared rows pay only at lower shares: on the
+// H100 fp8 came out even at ~50-55 % (run 555: 45 % shared rows 1320 against 1598 µs, 57-59 %
+// split-K 412-1598 against 427-1711). Not yet measured through the probe, nor on the H200.
+inline constexpr int kShareProbeLinePermilleFp8 = 520;
+// The tiles of a share-probe plan's split-K half that its kernel instances (kShareProbe) have:
+// bf16 the planner's 32 rows, fp8 32 or 64 (both formats one split of whole lists).
+__host__ __device__ constexpr bool share_probe_split_k_tiles_fit(int block_keys, bool fp8) {
+  return fp8 ? block_keys == 32 || block_keys == 64 : block_keys == kPlannerBlockKeys;
+}
 // The probe's groups: min(samples, groups of the call); sample i is the group in the middle of
 // the i-th of that many equal spans (tools/common/index_analysis's sampled_group_union_ratio).
 __host__ __device__ inline int64_t share_probe_groups(int num_tokens, int samples) {

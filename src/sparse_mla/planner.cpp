@@ -482,7 +482,7 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
   } else if (tokens_per_group == 4) {  // 16 heads
     pick.pays = hint_allows && shared_rows_fills_waves &&
                 (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
-                                                      : !fp8 && num_tokens >= detail::kSharedRowsMinTokens);
+                                                      : num_tokens >= detail::kSharedRowsMinTokens);
     // With consecutive, bf16 lists of >= 2048 also below and between whole waves, their groups
     // split (consecutive_group_splits), from groups that fill 9/10 of a wave in 4 splits (T >= 117
     // on 132 SMs). Run 528 (H100, split-K -> shared rows, us): MTP batches (2 tokens per request
@@ -711,11 +711,13 @@ bool is_default(const PlanChoice& choice) {
 // halves run whole lists in one split (no combine, no partials): the kernels not chosen are
 // grids whose CTAs leave at once, the union pass's three or split-K's one.
 void add_share_probe(SparseMlaPlan& shared, const SparseMlaPlan& split_k, const PlannerContext& c) {
-  const bool fits = c.sharing == IndexSharing::unknown && c.num_heads == 16 && !c.fp8 && c.num_tokens > 0 && shared.union_pass &&
+  const bool fits = c.sharing == IndexSharing::unknown && c.num_heads == 16 && c.num_tokens > 0 && shared.union_pass &&
                     shared.splits == 1 && shared.lead_tokens == 0 && split_k.splits == 1 && split_k.lead_tokens == 0 &&
-                    split_k.fused_rows == 0 && !split_k.balanced && split_k.block_keys == detail::kPlannerBlockKeys;
+                    split_k.fused_rows == 0 && !split_k.balanced && detail::share_probe_split_k_tiles_fit(split_k.block_keys, c.fp8);
   if (!fits) return;
-  shared.share_probe.line_permille = c.fast_memory ? detail::kShareProbeLinePermilleFastMemory : detail::kShareProbeLinePermille;
+  shared.share_probe.line_permille = c.fp8            ? detail::kShareProbeLinePermilleFp8
+                                     : c.fast_memory ? detail::kShareProbeLinePermilleFastMemory
+                                                     : detail::kShareProbeLinePermille;
   shared.share_probe.split_k_block_keys = split_k.block_keys;
   shared.share_probe.split_k_row_order = split_k.row_order;
   shared.share_probe.split_k_split_softmax = split_k.split_softmax;
@@ -762,6 +764,10 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
     whole_lists.fused_rows = -1;
     add_share_probe(shared, plan_split_k(plan, whole_lists, c), c);
   }
+  // An unhinted fp8 call takes shared rows only through the probe: its split-K reads less, and
+  // won by 6-20 % where neighbours share ~25 % of their rows (run 549).
+  if (planner_picks_shared_rows && fp8 && num_heads == 16 && sharing == IndexSharing::unknown && shared.share_probe.line_permille == 0)
+    return plan_split_k(plan, choice, c);
   return shared;
 }
 

@@ -234,16 +234,18 @@ static void set_row_order(detail::SparseMlaParams& k, const SparseMlaPlan& plan)
 }
 
 // A share-probe plan (SparseMlaPlan::share_probe) as the planner makes them: the shared-rows
-// half (checked by the caller) with a union pass and one split, no lead tokens, at 16 heads over
-// a bf16 cache, and a split_k half in 32-row tiles (the instances split-K has for it), run as one
+// half (checked by the caller) with a union pass and one split, no lead tokens, at 16 heads, and
+// a split_k half in the tiles split-K has instances for (bf16 32 rows, fp8 32 or 64), run as one
 // split of the whole list.
 static void check_share_probe_plan(const SparseMlaProblem& problem, const SparseMlaPlan& plan, const long long* timeline) {
   const SparseMlaPlan::ShareProbe& sp = plan.share_probe;
   if (sp.line_permille < 1 || sp.line_permille > 1000) fail("plan", "share_probe.line_permille must be in [1, 1000] (0: off)");
-  if (plan.num_heads != 16 || fp8_cache(problem) || !plan.union_pass || plan.splits != 1 || plan.lead_tokens != 0)
-    fail("plan", "share_probe needs 16 heads, a bf16 cache and shared rows with a union pass in one split");
-  if (sp.split_k_block_keys != detail::kPlannerBlockKeys)
-    fail("plan", "share_probe.split_k_block_keys must be " + std::to_string(detail::kPlannerBlockKeys) + " (its kernel instances')");
+  if (plan.num_heads != 16 || !plan.union_pass || plan.splits != 1 || plan.lead_tokens != 0)
+    fail("plan", "share_probe needs 16 heads and shared rows with a union pass in one split");
+  if (!detail::share_probe_split_k_tiles_fit(sp.split_k_block_keys, fp8_cache(problem)))
+    fail("plan", fp8_cache(problem) ? "share_probe.split_k_block_keys must be 32 or 64 over an fp8 cache (its kernel instances')"
+                                    : "share_probe.split_k_block_keys must be " + std::to_string(detail::kPlannerBlockKeys) +
+                                          " over a bf16 cache (its kernel instances')");
   if (timeline != nullptr) fail("plan", "a timeline needs one kernel: force it (PlanChoice::kernel) instead of share_probe");
 }
 

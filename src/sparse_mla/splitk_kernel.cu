@@ -811,7 +811,8 @@ template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, b
           bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!kTinyList || (kStage == kStageFull && !kRowOrder && !kBalanced), "tiny lists: the full kernel, position order");
-  static_assert(!kShareProbe || (kStage == kStageFull && !kBalanced && !kFp8 && !kTinyList), "a share probe's half: bf16, whole lists");
+  static_assert(!kShareProbe || (kStage == kStageFull && !kBalanced && !kTinyList && share_probe_split_k_tiles_fit(BK, kFp8)),
+                "a share probe's half: whole lists in its tiles");
   static_assert(!(kRowOrder && kBalanced), "a balanced schedule reads rows in position order");
   static_assert(!kFp8 || kSplitSoftmax, "fp8 always splits its softmax");
   static_assert(!kSplitSoftmax || (BK >= 32 && kStage == kStageFull), "a split softmax: whole n-tiles per warp, the full kernel");
@@ -1768,12 +1769,12 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.share_line_permille > 0) {
-    if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull && !kFp8) {
+    if constexpr (kStage == kStageFull && share_probe_split_k_tiles_fit(BK, kFp8)) {
       if (p.balanced_slots == 0 && p.splits == 1 && p.lead_tokens == 0)
         return p.row_order_bits > 0 ? launch_splitk_instance<BK, kStage, true, false, kFp8, kSplitSoftmax, false, true>(p, stream)
                                     : launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, true>(p, stream);
     }
-    throw Error("a share probe's split_k half runs one split of whole lists in 32-row tiles over a bf16 cache");
+    throw Error("a share probe's split_k half runs one split of whole lists in 32-row tiles (bf16) or 32- or 64-row tiles (fp8)");
   }
   if (p.balanced_slots > 0) {
     if constexpr (BK == kPlannerBlockKeys && kStage == kStageFull)

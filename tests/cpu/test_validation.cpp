@@ -372,9 +372,9 @@ TEST(Validate, Fp8ForwardRefusesOtherSplitKTiles) {
 }
 
 // A hand-edited share-probe plan (SparseMlaPlan::share_probe) that no kernel pair can run is
-// refused by name before any launch: a line outside [1, 1000], other than 16 heads, an fp8 cache,
-// shared rows without a union pass or in splits, split-K tiles other than 32; and its workspace
-// must hold the probe's pairs after the rest.
+// refused by name before any launch: a line outside [1, 1000], other than 16 heads, shared rows
+// without a union pass or in splits, split-K tiles other than its instances' (bf16 32 rows, fp8
+// 32 or 64); and its workspace must hold the probe's pairs after the rest.
 TEST(Validate, ForwardRefusesAnInconsistentShareProbe) {
   Buffers b;
   SparseMlaProblem p = good(b);
@@ -399,10 +399,10 @@ TEST(Validate, ForwardRefusesAnInconsistentShareProbe) {
     plan.share_probe.line_permille = line;
     refused(plan, "line_permille");
   }
-  for (int keys : {0, 8, 16, 64, 128}) {  // split-K has the probe's instances in 32-row tiles only
+  for (int keys : {0, 8, 16, 64, 128}) {  // split-K has the probe's bf16 instances in 32-row tiles only
     SparseMlaPlan plan = base;
     plan.share_probe.split_k_block_keys = keys;
-    refused(plan, "split_k_block_keys");
+    refused(plan, "split_k_block_keys must be 32 over a bf16 cache");
   }
   SparseMlaPlan plan = base;
   plan.splits = 2;
@@ -415,7 +415,12 @@ TEST(Validate, ForwardRefusesAnInconsistentShareProbe) {
   fp8.kv_format = KvCacheFormat::fp8_ds_mla;
   fp8.ckv_cache = fp8_rows.data();
   fp8.kpe_cache = nullptr;
-  EXPECT_NE(error_of(fp8, base, base.workspace_bytes).find("share_probe needs"), std::string::npos);
+  for (int keys : {0, 8, 16, 128}) {  // fp8: 32- and 64-row instances
+    SparseMlaPlan plan = base;
+    plan.share_probe.split_k_block_keys = keys;
+    EXPECT_NE(error_of(fp8, plan, plan.workspace_bytes).find("split_k_block_keys must be 32 or 64 over an fp8 cache"), std::string::npos)
+        << keys;
+  }
   // The workspace: one byte short of the pairs.
   EXPECT_NE(error_of(p, base, base.workspace_bytes - 1).find("workspace_bytes"), std::string::npos);
 }

@@ -1880,7 +1880,10 @@ TEST_F(Gpu, SharedRowsGraphCaptureAndReplay) {
 struct ShareProbePlans {
   SparseMlaPlan probe, shared_rows, split_k;
 };
-ShareProbePlans share_probe_plans(int T, int topk, int line_permille, int row_order = 0, int split_softmax = 0) {
+// A share-probe plan by hand and its two halves forced; split-K's half in `block_keys`-row tiles
+// (0: the planner's) over a `kv` cache.
+ShareProbePlans share_probe_plans(int T, int topk, int line_permille, int row_order = 0, int split_softmax = 0,
+                                  KvCacheFormat kv = KvCacheFormat::bf16, int block_keys = 0) {
   ShareProbePlans p;
   p.shared_rows = shared_rows_plan(T, 16, topk);
   EXPECT_TRUE(p.shared_rows.union_pass && p.shared_rows.splits == 1);
@@ -1889,7 +1892,8 @@ ShareProbePlans share_probe_plans(int T, int topk, int line_permille, int row_or
   one_split.splits = 1;
   one_split.row_order = row_order;
   one_split.split_softmax = split_softmax;
-  p.split_k = plan_sparse_mla(T, 16, topk, DeviceInfo::from_device(0), one_split);
+  one_split.block_keys = block_keys;
+  p.split_k = plan_sparse_mla(T, 16, topk, DeviceInfo::from_device(0), one_split, IndexSharing::unknown, kv);
   p.probe = p.shared_rows;
   p.probe.share_probe = {line_permille, p.split_k.block_keys, p.split_k.row_order, p.split_k.split_softmax};
   p.probe.launches += 2;
@@ -1953,6 +1957,38 @@ TEST_F(Gpu, ShareProbeRunsTheKernelItsLinePicks) {
   // The H200's line splits the cases: the prefix (and the duplicates) one way, random lists the other.
   EXPECT_GT(picked_at_710[0], 0);
   EXPECT_GT(picked_at_710[1], 0);
+}
+
+// The same over an fp8_ds_mla cache: split-K's half in each of its four fp8 instances (32- and
+// 64-row tiles, with and without row order; fp8 always splits its softmax). Lines 1000 and 1
+// give the forced kernels' outputs bitwise, both within the reference's tolerance.
+TEST_F(Gpu, ShareProbeRunsTheKernelItsLinePicksFp8) {
+  int seed = 720;
+  for (const IndexPattern pattern : {IndexPattern::shared_prefix, IndexPattern::random})
+    for (int keys : {32, 64})
+      for (int row_order : {-1, 1}) {
+        HostProblem hp = make_problem(61, 16, 2048, 64, 1000, pattern, seed++, /*prefix_len=*/2048);
+        hp.to_fp8(false);
+        const std::string what = std::string(workload::to_string(pattern)) + " keys " + std::to_string(keys) +
+                                 (row_order > 0 ? " row order" : "");
+        DeviceProblem d(hp);
+        std::vector<double> ro, rl;
+        reference(hp, ro, rl);
+        ShareProbePlans plans = share_probe_plans(hp.T, hp.topk, 1000, row_order, 1, KvCacheFormat::fp8_ds_mla, keys);
+        ASSERT_EQ(plans.split_k.block_keys, keys);
+        const auto shared_rows = forward_outputs(d, plans.shared_rows), split_k = forward_outputs(d, plans.split_k);
+        for (const auto& [o, l] : {shared_rows, split_k}) {
+          const Agreement a = compare_to_reference(o.data(), l.data(), ro.data(), rl.data(), hp.T, hp.H);
+          EXPECT_TRUE(a.ok()) << what << ": " << a.summary();
+        }
+        ASSERT_NE(shared_rows.first, split_k.first) << what << ": the outputs must tell the kernels apart";
+        for (int line : {1000, 1}) {
+          plans.probe.share_probe.line_permille = line;
+          const auto got = forward_outputs(d, plans.probe);
+          const auto& want = line == 1000 ? shared_rows : split_k;
+          EXPECT_TRUE(got.first == want.first && got.second == want.second) << what << " line " << line;
+        }
+      }
 }
 
 // The operation after the forward on its stream sees its whole output, whichever kernel ran:

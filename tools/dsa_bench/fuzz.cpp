@@ -177,10 +177,11 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
     }
     if (!t.empty()) c.choice_text = t;
   }
-  // Every 16th case an unhinted 16-head bf16 call of lists of >= 512 from T = 2048, the planner's
+  // Every 16th case an unhinted 16-head call of lists of >= 512 from T = 2048, the planner's
   // share-probe plans (SparseMlaPlan::share_probe), which the draws above reach rarely: its drawn
-  // pattern, layouts and lengths kept, the shape redrawn last (the other cases' draws unchanged).
-  if (number % 16 == 7 && !c.fp8) {
+  // format, pattern, layouts and lengths kept, the shape redrawn last (the other cases' draws
+  // unchanged).
+  if (number % 16 == 7) {
     const int topk = pick(rng, {512, 700, 1024, 2048});
     const int64_t max_t = std::min<int64_t>({o.max_work / (16 * int64_t{topk}), kMaxEntries / topk, o.max_tokens});
     // T where 4-token groups fill >= 90 % of whole waves on 132 SMs, as the planner wants.
