@@ -141,9 +141,10 @@ enum class SparseMlaKernel {
                 //  - 16 heads: never for IndexSharing::none, for unknown only with topk >= 512,
                 //    and then only where the forward's share probe says the tokens share
                 //    enough rows (SparseMlaPlan::share_probe);
-                //    from T >= 2048 (512 for consecutive) when its CTAs fill >= 90 % of
-                //    whole waves; for consecutive with a bf16 cache and topk 2048 also from
-                //    T >= 117 in up to 4 splits per group (below 10/8 of the H100's bandwidth);
+                //    from T >= 2048 (512 for consecutive; 8192 for unknown over an fp8_ds_mla
+                //    cache) when its CTAs fill >= 90 % of whole waves; for consecutive with a
+                //    bf16 cache and topk 2048 also from T >= 117 in up to 4 splits per group
+                //    (below 10/8 of the H100's bandwidth);
                 //  - 32 heads with topk >= 1024, whatever the hint, from T >= 16: one token per
                 //    CTA up to 1.7 waves (T <= 1.7 x the SM count); past them a bf16 cache 2
                 //    tokens per CTA or one (below; by a count of waves that the device's memory
@@ -252,7 +253,7 @@ struct SparseMlaPlan {
   // docs/perf.md runs 548 and 550.
   bool split_softmax = false;
   // Unhinted (IndexSharing::unknown) 16-head calls where the planner takes shared rows
-  // (T >= 2048, lists of >= 512): whether they pay depends on how many rows consecutive tokens
+  // (T >= 2048, fp8 8192; lists of >= 512): whether they pay depends on how many rows consecutive tokens
   // share, which the planner cannot see (H200: split-K 12-26 % faster where tokens share little,
   // shared rows 7-59 % where they share most; docs/perf.md runs 685-687). With line_permille > 0
   // the forward first samples the share on the device (16 groups of 4 tokens, as

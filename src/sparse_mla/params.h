@@ -224,6 +224,10 @@ inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 // 32 heads the smallest T (a bf16 cache with lists of kSharedRowsLongList: from where split-K
 // needs a second wave); at 64 and 128 the fewest (head block, index position) pairs.
 inline constexpr int kSharedRowsMinTokens = 2048;
+// An unhinted fp8 call's smallest T (shared rows through the share probe only): below it the
+// probe's chain cost 15-23 µs more than split-K wherever split-K was chosen, and shared rows won
+// by at most 5 % where chosen (run 702, H200: T = 2048-4096).
+inline constexpr int kSharedRowsMinTokensFp8Unhinted = 8192;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 // 16 heads with the consecutive hint, bf16 lists of >= kSharedRowsConsecutiveMinList, below
 // fast memory (planner.cpp, consecutive_group_splits): where whole waves of one-split groups do

@@ -482,7 +482,7 @@ SharedRowsPick pick_shared_rows(const PlannerContext& c) {
   } else if (tokens_per_group == 4) {  // 16 heads
     pick.pays = hint_allows && shared_rows_fills_waves &&
                 (sharing == IndexSharing::consecutive ? num_tokens >= detail::kSharedRowsMinTokensSharing
-                                                      : num_tokens >= detail::kSharedRowsMinTokens);
+                                                      : num_tokens >= (fp8 ? detail::kSharedRowsMinTokensFp8Unhinted : detail::kSharedRowsMinTokens));
     // With consecutive, bf16 lists of >= 2048 also below and between whole waves, their groups
     // split (consecutive_group_splits), from groups that fill 9/10 of a wave in 4 splits (T >= 117
     // on 132 SMs). Run 528 (H100, split-K -> shared rows, us): MTP batches (2 tokens per request

@@ -395,11 +395,11 @@ TEST(Planner, SharedRowsFor16HeadsAtPrefillSizesInWholeWaves) {
 
 // Unhinted 16-head calls that the planner gives shared rows sample the share on the device
 // (SparseMlaPlan::share_probe): the line by the device and format (bf16: H200 710 permille, H100
-// 800; fp8 520 on both), and split-K's half as the planner would plan one split of whole lists
-// there. A hint, a forced kernel or any forced field, or other head counts plan one kernel; an
+// 800; fp8 520 on both, from T = 8192), and split-K's half as the planner would plan one split
+// of whole lists there. A hint, a forced kernel or any forced field, or other head counts plan one kernel; an
 // unhinted fp8 call that cannot sample keeps split-K.
 TEST(Planner, UnhintedSixteenHeadSharedRowsSampleTheShare) {
-  for (int T : {2048, 4096, 8192})
+  for (int T : {2048, 4096, 8192, 16384})
     for (int topk : {512, 1024, 2048}) {
       SCOPED_TRACE(::testing::Message() << "T " << T << " topk " << topk);
       const SparseMlaPlan h100 = plan_sparse_mla(T, 16, topk, kH100), h200 = plan_sparse_mla(T, 16, topk, kH200);
@@ -434,12 +434,18 @@ TEST(Planner, UnhintedSixteenHeadSharedRowsSampleTheShare) {
         EXPECT_EQ(p.kernel, SparseMlaKernel::shared_rows);
         EXPECT_EQ(p.share_probe.line_permille, 0);
         for (int H : {32, 64, 128}) EXPECT_EQ(plan_sparse_mla(T, H, topk, dev).share_probe.line_permille, 0) << H;
-        // fp8: the same plans with their own line, split-K's half in fp8's tiles (32 rows for
-        // lists of 512, 64 from 1024); forced fields keep split-K, as the hints' plans are.
+        // fp8: from T = 8192 the same plans with their own line, split-K's half in fp8's tiles
+        // (32 rows for lists of 512, 64 from 1024); below it, and with forced fields, split-K,
+        // as the hints' plans are.
         const auto fp8 = [&](const PlanChoice& choice) {
           return plan_sparse_mla(T, 16, topk, dev, choice, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
         };
         const SparseMlaPlan f = fp8({});
+        if (T < 8192) {
+          EXPECT_EQ(f.kernel, SparseMlaKernel::split_k);
+          EXPECT_EQ(f.share_probe.line_permille, 0);
+          continue;
+        }
         EXPECT_EQ(f.kernel, SparseMlaKernel::shared_rows);
         EXPECT_EQ(f.share_probe.line_permille, 520);
         EXPECT_EQ(f.launches, 5);
@@ -511,7 +517,7 @@ TEST(Planner, IndexSharingHintMovesTheSharedRowsThreshold) {
 }
 
 // An fp8_ds_mla cache has its own thresholds where its split-K costs less (docs/perf.md runs
-// 395-397, 434): at 16 heads shared rows for consecutive tokens, and without a hint from T = 2048
+// 395-397, 434): at 16 heads shared rows for consecutive tokens, and without a hint from T = 8192
 // only with the share probe deciding on the device (its own line); at 32 heads from T = 256 in
 // whole waves; at 64 and 128 heads with long lists from 3 x 2^14 (head block, position) pairs. Where
 // both formats take the same kernel they get the same splits and workspace; split-K's tiles
@@ -529,8 +535,8 @@ TEST(Planner, Fp8CacheHasItsOwnThresholds) {
   for (int T : {512, 2048, 4096, 8192}) {  // 16 heads: consecutive, or unknown through the probe
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::consecutive), SparseMlaKernel::shared_rows) << T;
     const SparseMlaPlan unknown = plan(T, 16, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla);
-    EXPECT_EQ(unknown.kernel, T >= 2048 ? SparseMlaKernel::shared_rows : SparseMlaKernel::split_k) << T;
-    EXPECT_EQ(unknown.share_probe.line_permille, T >= 2048 ? 520 : 0) << T;
+    EXPECT_EQ(unknown.kernel, T >= 8192 ? SparseMlaKernel::shared_rows : SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(unknown.share_probe.line_permille, T >= 8192 ? 520 : 0) << T;
     EXPECT_EQ(fp8_kernel(T, 16, IndexSharing::none), SparseMlaKernel::split_k) << T;
   }
   EXPECT_EQ(bf16_kernel(4096, 16), SparseMlaKernel::shared_rows);

@@ -177,16 +177,16 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
     }
     if (!t.empty()) c.choice_text = t;
   }
-  // Every 16th case an unhinted 16-head call of lists of >= 512 from T = 2048, the planner's
-  // share-probe plans (SparseMlaPlan::share_probe), which the draws above reach rarely: its drawn
-  // format, pattern, layouts and lengths kept, the shape redrawn last (the other cases' draws
-  // unchanged).
+  // Every 16th case an unhinted 16-head call of lists of >= 512 from T = 2048 (fp8 8192, past
+  // the default --max-tokens), the planner's share-probe plans (SparseMlaPlan::share_probe),
+  // which the draws above reach rarely: its drawn format, pattern, layouts and lengths kept, the
+  // shape redrawn last (the other cases' draws unchanged).
   if (number % 16 == 7) {
     const int topk = pick(rng, {512, 700, 1024, 2048});
     const int64_t max_t = std::min<int64_t>({o.max_work / (16 * int64_t{topk}), kMaxEntries / topk, o.max_tokens});
     // T where 4-token groups fill >= 90 % of whole waves on 132 SMs, as the planner wants.
-    const int tokens[] = {2048, 2090, 2112, 4096, 4180, 4224};
-    const int fit = int(std::count_if(std::begin(tokens), std::end(tokens), [&](int t) { return t <= max_t; }));
+    const std::vector<int> tokens = c.fp8 ? std::vector<int>{8192, 8360, 8448} : std::vector<int>{2048, 2090, 2112, 4096, 4180, 4224};
+    const int fit = int(std::count_if(tokens.begin(), tokens.end(), [&](int t) { return t <= max_t; }));
     if (fit > 0) {
       c.H = 16, c.topk = topk, c.T = tokens[rng.below(uint64_t(fit))];
       s.num_tokens = c.T, s.topk = c.topk;
