@@ -253,9 +253,10 @@ struct SparseMlaPlan {
   // docs/perf.md runs 548 and 550.
   bool split_softmax = false;
   // Unhinted (IndexSharing::unknown) 16-head calls where the planner takes shared rows
-  // (T >= 2048, fp8 8192; lists of >= 512): whether they pay depends on how many rows consecutive tokens
-  // share, which the planner cannot see (H200: split-K 12-26 % faster where tokens share little,
-  // shared rows 7-59 % where they share most; docs/perf.md runs 685-687). With line_permille > 0
+  // (T >= 2048, fp8 8192; lists of >= 512): whether they pay depends on how many rows
+  // consecutive tokens share, which the planner cannot see (H200: split-K 12-26 % faster where
+  // tokens share little, shared rows 7-59 % where they share most; docs/perf.md runs 685-687; fp8
+  // runs 702-703). With line_permille > 0
   // the forward first samples the share on the device (16 groups of 4 tokens, as
   // sample_group_sharing), then launches this plan's shared-rows kernels and a one-split split_k
   // plan with the tiles, row order and split softmax below; the CTAs of the kernel not chosen
