@@ -14,7 +14,9 @@
 // 4096-8192; the probe and the extra launches the other 7-10 µs (runs 698-700, docs/perf.md). Split-K's half looping over slots in one resident grid
 // left faster with shared rows chosen and ran 1-2 % slower when chosen (run 700): not kept. A
 // wait in the main kernel's own path for leaving cost prefill 13 % (its code 5 KB longer, run
-// 694), so it has none.
+// 694), so it has none. The probe's last CTA launching the chosen kernel itself (CUDA dynamic
+// parallelism) started it 6.7 µs after the probe in a scratch of these shapes, against 15-19 µs
+// behind the empty grids (run 705, tools/launch_probe): not built yet (docs/design.md).
 #pragma once
 
 #include "common/ptx.cuh"
