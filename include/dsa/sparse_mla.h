@@ -256,14 +256,14 @@ struct SparseMlaPlan {
   // (T >= 2048, fp8 8192; lists of >= 512): whether they pay depends on how many rows
   // consecutive tokens share, which the planner cannot see (H200: split-K 12-26 % faster where
   // tokens share little, shared rows 7-59 % where they share most; docs/perf.md runs 685-687; fp8
-  // runs 702-703). With line_permille > 0
-  // the forward first samples the share on the device (16 groups of 4 tokens, as
-  // sample_group_sharing), then launches this plan's shared-rows kernels and a one-split split_k
-  // plan with the tiles, row order and split softmax below; the CTAs of the kernel not chosen
-  // leave at once. Shared rows run where the groups' unions keep at most line_permille / 1000
-  // of their entries (the planner's: bf16 710 on fast memory, 800 else; fp8_ds_mla 520, whose
-  // split_k reads less); otherwise split_k. The caller's hint (consecutive, none) or a forced
-  // kernel turns it off (an unhinted fp8 call then keeps split_k).
+  // runs 702-703). With line_permille > 0 the forward first samples the share on the device (16
+  // groups of 4 tokens, as sample_group_sharing), then launches this plan's shared-rows kernels
+  // and a one-split split_k plan with the tiles, row order and split softmax below; the CTAs of
+  // the kernel not chosen leave at once. Shared rows run where the groups' unions keep at most
+  // line_permille / 1000 of their entries (the planner's: bf16 710 on fast memory, 800 else;
+  // fp8_ds_mla 520, whose split_k reads less); otherwise split_k. The caller's hint
+  // (consecutive, none) or a forced kernel turns it off (an unhinted fp8 call then keeps
+  // split_k).
   struct ShareProbe {
     int line_permille = 0;  // 0: off
     int split_k_block_keys = 0;

@@ -225,8 +225,9 @@ inline constexpr int64_t kSharedRowsMaxRows = int64_t{1} << 28;
 // needs a second wave); at 64 and 128 the fewest (head block, index position) pairs.
 inline constexpr int kSharedRowsMinTokens = 2048;
 // An unhinted fp8 call's smallest T (shared rows through the share probe only): below it the
-// probe's chain cost 15-23 µs more than split-K wherever split-K was chosen, and shared rows won
-// by at most 5 % where chosen (run 702, H200: T = 2048-4096).
+// probe's chain cost 15-23 µs more than split-K wherever split-K was chosen, and where shared
+// rows were the faster kernel they won 5.5 % forced, 1 % through the probe (run 702, H200: T =
+// 2048-4096). From T = 8192: -6.6 / -7.2 % shared, +1.5 to +5.3 % else (run 703).
 inline constexpr int kSharedRowsMinTokensFp8Unhinted = 8192;
 inline constexpr int kSharedRowsMinTokensSharing = 512;
 // 16 heads with the consecutive hint, bf16 lists of >= kSharedRowsConsecutiveMinList, below
