@@ -3,9 +3,10 @@
 // kernel of both halves from the host and lets the unchosen grids leave at once; their CTAs still
 // pass through every SM (docs/perf.md runs 698, 701, 703). Shapes like the forward's: a 16-CTA
 // probe; "work": T CTAs of 128 threads and 100 KB of shared memory, each busy 5 µs; empty grids:
-// T / 4 CTAs of 200 KB. Printed, in µs after the probe's start (%globaltimer, medians of 35
-// calls): the first work CTA's start, the last one's end, and where a mode has them, the end of
-// a relay grid and the start of the host's next kernel on the stream.
+// T / 4 CTAs of 200 KB. Printed, in µs after the probe's start (the work's own in `alone` and
+// `pdl-next`; %globaltimer, medians of 35 calls): the first work CTA's start, the last one's
+// end, and where a mode has them, the end of a relay grid and the start of the host's next
+// kernel on the stream.
 //   alone        the work alone (times after its own start);
 //   host         probe, then work by programmatic dependent launch (any host order's floor);
 //   host-empty   probe, 3 empty grids, then work, all by dependent launch (the share probe's
@@ -18,6 +19,10 @@
 //   device-relay the probe launches a T / 4-CTA relay grid (each CTA busy 5 µs) whose last CTA
 //                launches the work: one device-side hop after a grid, as a chain of kernels
 //                launched from the device would take;
+//   pdl-next     no probe: the work, then a grid launched by dependent launch whose CTAs leave
+//                without waiting (as a share-probe plan's unchosen grids do), then a 1-CTA
+//                kernel launched plainly: does a plain launch wait for the work, or only for the
+//                grid before it? (Why a share-probe chain's last grid must wait: share_choice.cuh.)
 //   device-tail  (only with --tail) the probe's last CTA launches the work by
 //                cudaStreamTailLaunch; it hung on the H200 in run 705, so run it under a timeout.
 // Built with relocatable device code and the device runtime (CMake: CUDA_SEPARABLE_COMPILATION),
@@ -41,8 +46,9 @@ namespace {
   } while (0)
 
 constexpr int kProbeCtas = 16, kThreads = 128, kWorkSmem = 100 * 1024, kEmptySmem = 200 * 1024, kBusyNs = 5000;
-enum Mode { alone, host, host_empty, device, device_next, device_relay, device_tail, kModes };
-const char* const kModeNames[kModes] = {"alone", "host", "host-empty", "device", "device-next", "device-relay", "device-tail"};
+enum Mode { alone, host, host_empty, device, device_next, device_relay, pdl_next, device_tail, kModes };
+const char* const kModeNames[kModes] = {"alone",        "host",     "host-empty", "device",
+                                        "device-next",  "device-relay", "pdl-next", "device-tail"};
 // What the probe's last CTA launches.
 enum class ProbeLaunch { none, work, work_tail, relay };
 
@@ -97,6 +103,9 @@ __global__ void unchosen_kernel() {
   release_dependents();
   if (*static_cast<volatile int*>(&g_choice) == 1) smem[threadIdx.x] = 1;
 }
+
+// A dependent grid whose CTAs leave without waiting for the grid before it.
+__global__ void leave_kernel() { release_dependents(); }
 
 // A grid whose last CTA launches the work from the device.
 __global__ void relay_kernel(int work_ctas, int busy_ns) {
@@ -155,11 +164,12 @@ cudaError_t launch_mode(Mode mode, int T) {
                            : mode == device_relay               ? ProbeLaunch::relay
                            : mode == device_tail                ? ProbeLaunch::work_tail
                                                                 : ProbeLaunch::none;
-  if (mode != alone) e = launch(probe_kernel, kProbeCtas, 0, false, T, kBusyNs, what);
+  if (mode != alone && mode != pdl_next) e = launch(probe_kernel, kProbeCtas, 0, false, T, kBusyNs, what);
   for (int i = 0; mode == host_empty && i < 3 && e == cudaSuccess; ++i) e = launch(unchosen_kernel, T / 4, kEmptySmem, true);
-  if (e == cudaSuccess && (mode == alone || mode == host || mode == host_empty))
-    e = launch(work_kernel, T, kWorkSmem, mode != alone, kBusyNs);
-  if (e == cudaSuccess && mode == device_next) e = launch(next_kernel, 1, 0, false);
+  if (e == cudaSuccess && (mode == alone || mode == host || mode == host_empty || mode == pdl_next))
+    e = launch(work_kernel, T, kWorkSmem, mode == host || mode == host_empty, kBusyNs);
+  if (e == cudaSuccess && mode == pdl_next) e = launch(leave_kernel, T / 4, 0, true);
+  if (e == cudaSuccess && (mode == device_next || mode == pdl_next)) e = launch(next_kernel, 1, 0, false);
   return e;
 }
 
@@ -167,7 +177,7 @@ int run(bool tail) {
   LP_CHECK(cudaFuncSetAttribute(work_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWorkSmem));
   LP_CHECK(cudaFuncSetAttribute(relay_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWorkSmem));
   LP_CHECK(cudaFuncSetAttribute(unchosen_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kEmptySmem));
-  std::printf("%6s  %-13s %12s %10s %10s %11s   (us after the probe's start)\n", "T", "mode", "work starts", "work ends",
+  std::printf("%6s  %-13s %12s %10s %10s %11s   (us after the probe's start, or the work's)\n", "T", "mode", "work starts", "work ends",
               "relay ends", "next starts");
   for (int T : {2048, 8192}) {
     for (int m = 0; m < kModes; ++m) {
@@ -188,7 +198,7 @@ int run(bool tail) {
           return 1;
         }
         if (call < 5) continue;
-        const double origin = static_cast<double>(mode == alone ? s.work_start : s.probe_start);
+        const double origin = static_cast<double>(mode == alone || mode == pdl_next ? s.work_start : s.probe_start);
         const auto us = [&](unsigned long long t) { return (static_cast<double>(t) - origin) * 1e-3; };
         starts.push_back(us(s.work_start));
         ends.push_back(us(s.work_end));
