@@ -701,9 +701,9 @@ bool is_default(const PlanChoice& choice) {
          choice.row_order == 0 && choice.balanced == 0 && choice.split_softmax == 0;
 }
 
-// SparseMlaPlan::share_probe: the planner's shared rows for an unhinted 16-head bf16 call, whose
+// SparseMlaPlan::share_probe: the planner's shared rows for an unhinted 16-head call, whose
 // worth depends on how many rows consecutive tokens share (the planner takes them from T = 2048,
-// the bet on prefill). On an H200 split-K won by 12-26 % on random lists, `sequences` and an
+// fp8 from 8192: the bet on prefill; an fp8 cache has its own line, kShareProbeLinePermilleFp8). On an H200 split-K won by 12-26 % on random lists, `sequences` and an
 // 8192-row prefix with lists shorter than 2048, shared rows by 7-59 % on prefixes of 1-2x the
 // list and lists of 2048 over 8192 rows; ordered by the 4-token groups' union share they won
 // wherever it was <= 65 % and lost from 77 % (docs/perf.md runs 685-687). On the H100 bf16 came

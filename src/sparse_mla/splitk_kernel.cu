@@ -1763,8 +1763,8 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
 // The instances that exist: every tile size with or without row order; a balanced schedule with
 // the planner's 32-row tiles; a split softmax (fp8 always, bf16 by the plan) with 32- or 64-row
 // tiles; the stage variants (diagnostics) with 32-row tiles, bf16, the softmax repeated; tiny
-// lists (one split of <= 32 positions) with 32-row tiles; a share probe's half (bf16, one split,
-// 32-row tiles, with or without row order and a split softmax).
+// lists (one split of <= 32 positions) with 32-row tiles; a share probe's half (one split, bf16
+// in 32-row tiles, fp8 in 32- or 64-row ones, with or without row order; a split softmax).
 // plan_sparse_mla only plans these; a hand-made plan that is not one throws.
 template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {

@@ -47,8 +47,8 @@ namespace {
 
 constexpr int kProbeCtas = 16, kThreads = 128, kWorkSmem = 100 * 1024, kEmptySmem = 200 * 1024, kBusyNs = 5000;
 enum Mode { alone, host, host_empty, device, device_next, device_relay, pdl_next, device_tail, kModes };
-const char* const kModeNames[kModes] = {"alone",        "host",     "host-empty", "device",
-                                        "device-next",  "device-relay", "pdl-next", "device-tail"};
+const char* const kModeNames[kModes] = {"alone",       "host",         "host-empty", "device",
+                                        "device-next", "device-relay", "pdl-next",   "device-tail"};
 // What the probe's last CTA launches.
 enum class ProbeLaunch { none, work, work_tail, relay };
 
