@@ -11,12 +11,23 @@
 // this layout, +10-39 µs with shared rows chosen and +13-23 with split-K (run 696). Of that, the
 // pairs' round trip is a few µs at most (read through L1: -1.4 to -5.2 µs with split-K chosen,
 // -0.6 to +21 with shared rows, run 697); the empty grids ~1.5-4 µs at T = 2048, 9-14 at T =
-// 4096-8192; the probe and the extra launches the other 7-10 µs (runs 698-700, docs/perf.md). Split-K's half looping over slots in one resident grid
-// left faster with shared rows chosen and ran 1-2 % slower when chosen (run 700): not kept. A
-// wait in the main kernel's own path for leaving cost prefill 13 % (its code 5 KB longer, run
-// 694), so it has none. The probe's last CTA launching the chosen kernel itself (CUDA dynamic
-// parallelism) started it 6.7 µs after the probe in a scratch of these shapes, against 15-19 µs
-// behind the empty grids (run 705, tools/launch_probe): not built yet (docs/design.md).
+// 4096-8192; the probe and the extra launches the other 7-10 µs (runs 698-700, docs/perf.md).
+// Tried and not kept:
+// - split-K's half looping over slots in one resident grid: faster with shared rows chosen, 1-2 %
+//   slower when chosen (run 700);
+// - a wait in the main kernel's own path for leaving: prefill +13 % (its code 5 KB longer, run 694);
+// - split-K first, the shared-rows grids after it, none waiting (run 707): split-K chosen -5 to
+//   -27 µs, shared rows chosen +5 to +20 (split-K's empty grid then delays the union pass
+//   instead of overlapping the main kernel's last wave), and unhinted calls this large are
+//   mostly prefill chunks, where shared rows win;
+// - the probe's last CTA launching the chosen kernel (CUDA dynamic parallelism): it started 6.9
+//   µs after the probe against 15.6-18.9 behind three empty grids, but the stream's next kernel
+//   then started 7.7-8.7 µs after the child ended, against 1.8 after a host chain (run 706,
+//   tools/launch_probe).
+// Split-K's last CTA waits for the main kernel although a launch after a grid whose CTAs left
+// without waiting still waited for every grid before it (run 706's pdl-next; run 707's
+// next-operation test, on a stream and in a graph): CUDA does not document that, and the wait
+// costs one CTA.
 #pragma once
 
 #include "common/ptx.cuh"

@@ -1992,10 +1992,11 @@ TEST_F(Gpu, ShareProbeRunsTheKernelItsLinePicksFp8) {
 }
 
 // The operation after the forward on its stream sees its whole output, whichever kernel ran:
-// split-K runs between dependent launches (share_choice.cuh), and the chain must not end before
-// it. The planner's own share-probe plan at T = 2048 with lists of 2048 (about a millisecond of
-// split-K on random lists, shared rows on a 2048-row prefix); out and lse copied to pinned host
-// memory on the forward's stream straight after it, then compared with a copy made after the
+// the unchosen grids' CTAs leave without waiting for the grids before them (share_choice.cuh),
+// and the chain must not end before the chosen kernel. The planner's own share-probe plan at T = 2048
+// with lists of 2048 (about a millisecond of split-K on random lists, shared rows on a 2048-row
+// prefix); out and lse copied to pinned host memory on the forward's stream straight after it,
+// launched on the stream and as a captured graph, then compared with a copy made after the
 // device synchronised, and with the kernel the probe picks forced.
 TEST_F(Gpu, ShareProbeOutputIsCompleteForTheNextOperationOnItsStream) {
   for (const IndexPattern pattern : {IndexPattern::random, IndexPattern::shared_prefix}) {
@@ -2003,36 +2004,49 @@ TEST_F(Gpu, ShareProbeOutputIsCompleteForTheNextOperationOnItsStream) {
     DeviceProblem d(hp);
     const SparseMlaPlan plan = plan_sparse_mla(d.view());
     ASSERT_GT(plan.share_probe.line_permille, 0) << "the planner's unhinted plan samples the share";
+    PlanChoice forced;
+    forced.kernel = pattern == IndexPattern::random ? PlanChoice::Kernel::split_k : PlanChoice::Kernel::shared_rows;
+    if (pattern == IndexPattern::random) forced.splits = 1;  // the probe's split-K half: one split of whole lists
+    const auto want = forward_outputs(d, plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), forced));
     cudaStream_t stream = nullptr;
     CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     uint16_t* host_out = nullptr;
     float* host_lse = nullptr;
     CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&host_out), d.out.n * sizeof(uint16_t)));
     CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&host_lse), d.lse.n * sizeof(float)));
-    d.poison();
     DeviceBuffer<uint8_t> ws(plan.workspace_bytes);
-    CUDA_OK(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes));
-    CUDA_OK(cudaDeviceSynchronize());
-    sparse_mla_forward(d.view(), plan, ws.ptr, plan.workspace_bytes, stream);
-    CUDA_OK(cudaMemcpyAsync(host_out, d.out.ptr, d.out.n * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
-    CUDA_OK(cudaMemcpyAsync(host_lse, d.lse.ptr, d.lse.n * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    CUDA_OK(cudaStreamSynchronize(stream));
-    std::vector<uint16_t> o;
-    std::vector<float> l;
-    d.fetch(o, l);
-    const std::string what = workload::to_string(pattern);
-    EXPECT_TRUE(std::equal(o.begin(), o.end(), host_out)) << what << ": out copied before the forward had ended";
-    EXPECT_TRUE(std::memcmp(l.data(), host_lse, l.size() * sizeof(float)) == 0) << what << ": lse copied before the forward had ended";
-    PlanChoice forced;
-    forced.kernel = pattern == IndexPattern::random ? PlanChoice::Kernel::split_k : PlanChoice::Kernel::shared_rows;
-    SparseMlaPlan want = plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), forced);
-    if (pattern == IndexPattern::random) {  // the probe's split-K half: one split of whole lists
-      PlanChoice one_split = forced;
-      one_split.splits = 1;
-      want = plan_sparse_mla(hp.T, hp.H, hp.topk, DeviceInfo::from_device(0), one_split);
+    const auto enqueue = [&] {
+      sparse_mla_forward(d.view(), plan, ws.ptr, plan.workspace_bytes, stream);
+      CUDA_OK(cudaMemcpyAsync(host_out, d.out.ptr, d.out.n * sizeof(uint16_t), cudaMemcpyDeviceToHost, stream));
+      CUDA_OK(cudaMemcpyAsync(host_lse, d.lse.ptr, d.lse.n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    };
+    for (const bool graph : {false, true}) {
+      const std::string what = std::string(workload::to_string(pattern)) + (graph ? ", graph" : ", stream");
+      d.poison();
+      CUDA_OK(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes));
+      std::fill(host_out, host_out + d.out.n, uint16_t{0x7fff});
+      CUDA_OK(cudaDeviceSynchronize());
+      cudaGraphExec_t exec = nullptr;
+      if (graph) {
+        cudaGraph_t g = nullptr;
+        CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        enqueue();
+        CUDA_OK(cudaStreamEndCapture(stream, &g));
+        CUDA_OK(cudaGraphInstantiate(&exec, g, 0));
+        CUDA_OK(cudaGraphDestroy(g));
+        CUDA_OK(cudaGraphLaunch(exec, stream));
+      } else {
+        enqueue();
+      }
+      CUDA_OK(cudaStreamSynchronize(stream));
+      if (exec != nullptr) CUDA_OK(cudaGraphExecDestroy(exec));
+      std::vector<uint16_t> o;
+      std::vector<float> l;
+      d.fetch(o, l);
+      EXPECT_TRUE(std::equal(o.begin(), o.end(), host_out)) << what << ": out copied before the forward had ended";
+      EXPECT_TRUE(std::memcmp(l.data(), host_lse, l.size() * sizeof(float)) == 0) << what << ": lse copied before the forward had ended";
+      EXPECT_TRUE(want.first == o && want.second == l) << what << ": not the output of the kernel the share picks";
     }
-    const auto forced_out = forward_outputs(d, want);
-    EXPECT_TRUE(forced_out.first == o && forced_out.second == l) << what << ": not the output of the kernel the share picks";
     CUDA_OK(cudaFreeHost(host_out));
     CUDA_OK(cudaFreeHost(host_lse));
     CUDA_OK(cudaStreamDestroy(stream));
