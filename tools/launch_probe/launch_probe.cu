@@ -6,7 +6,7 @@
 // T / 4 CTAs of 200 KB. Printed, in µs after the probe's start (the work's own in `alone` and
 // `pdl-next`; %globaltimer, medians of 35 calls): the first work CTA's start, the last one's
 // end, and where a mode has them, the end of a relay grid and the start of the host's next
-// kernel on the stream.
+// kernel on the stream. Results: docs/perf.md runs 705-706.
 //   alone        the work alone (times after its own start);
 //   host         probe, then work by programmatic dependent launch (any host order's floor);
 //   host-empty   probe, 3 empty grids, then work, all by dependent launch (the share probe's
@@ -24,7 +24,7 @@
 //                kernel launched plainly: does a plain launch wait for the work, or only for the
 //                grid before it? (Why a share-probe chain's last grid must wait: share_choice.cuh.)
 //   device-tail  (only with --tail) the probe's last CTA launches the work by
-//                cudaStreamTailLaunch; it hung on the H200 in run 705, so run it under a timeout.
+//                cudaStreamTailLaunch; it hung on the H200 in runs 705 and 706, so run it under a timeout.
 // Built with relocatable device code and the device runtime (CMake: CUDA_SEPARABLE_COMPILATION),
 // unlike the library. Usage: dsa-launch-probe [--tail]. Exit status 77 without a CUDA device.
 #include <cuda_runtime.h>
