@@ -1993,11 +1993,11 @@ TEST_F(Gpu, ShareProbeRunsTheKernelItsLinePicksFp8) {
 
 // The operation after the forward on its stream sees its whole output, whichever kernel ran:
 // the unchosen grids' CTAs leave without waiting for the grids before them (share_choice.cuh),
-// and the chain must not end before the chosen kernel. The planner's own share-probe plan at T = 2048
-// with lists of 2048 (about a millisecond of split-K on random lists, shared rows on a 2048-row
-// prefix); out and lse copied to pinned host memory on the forward's stream straight after it,
-// launched on the stream and as a captured graph, then compared with a copy made after the
-// device synchronised, and with the kernel the probe picks forced.
+// and the chain must not end before the chosen kernel. The planner's own share-probe plan at
+// T = 2048 with lists of 2048 (about a millisecond of split-K on random lists, shared rows on a
+// 2048-row prefix); out and lse copied to pinned host memory (poisoned first) on the forward's
+// stream straight after it, launched on the stream and as a captured graph, then compared with a
+// copy made after the device synchronised, and with the kernel the probe picks forced.
 TEST_F(Gpu, ShareProbeOutputIsCompleteForTheNextOperationOnItsStream) {
   for (const IndexPattern pattern : {IndexPattern::random, IndexPattern::shared_prefix}) {
     const HostProblem hp = make_problem(2048, 16, 2048, 64, 8192, pattern, 694 + int(pattern), /*prefix_len=*/2048);
@@ -2025,6 +2025,7 @@ TEST_F(Gpu, ShareProbeOutputIsCompleteForTheNextOperationOnItsStream) {
       d.poison();
       CUDA_OK(cudaMemset(ws.ptr, 0xff, plan.workspace_bytes));
       std::fill(host_out, host_out + d.out.n, uint16_t{0x7fff});
+      std::fill(host_lse, host_lse + d.lse.n, -1.0f);
       CUDA_OK(cudaDeviceSynchronize());
       cudaGraphExec_t exec = nullptr;
       if (graph) {
