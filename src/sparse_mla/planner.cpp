@@ -703,10 +703,11 @@ bool is_default(const PlanChoice& choice) {
 
 // SparseMlaPlan::share_probe: the planner's shared rows for an unhinted 16-head call, whose
 // worth depends on how many rows consecutive tokens share (the planner takes them from T = 2048,
-// fp8 from 8192: the bet on prefill; an fp8 cache has its own line, kShareProbeLinePermilleFp8). On an H200 split-K won by 12-26 % on random lists, `sequences` and an
-// 8192-row prefix with lists shorter than 2048, shared rows by 7-59 % on prefixes of 1-2x the
-// list and lists of 2048 over 8192 rows; ordered by the 4-token groups' union share they won
-// wherever it was <= 65 % and lost from 77 % (docs/perf.md runs 685-687). On the H100 bf16 came
+// fp8 from 8192: the bet on prefill; an fp8 cache has its own line, kShareProbeLinePermilleFp8).
+// On an H200 split-K won by 12-26 % on random lists, `sequences` and an 8192-row prefix with
+// lists shorter than 2048, shared rows by 7-59 % on prefixes of 1-2x the list and lists of 2048
+// over 8192 rows; ordered by the 4-token groups' union share they won wherever it was <= 65 %
+// and lost from 77 % (docs/perf.md runs 685-687). On the H100 bf16 came
 // out even at ~80 % on prefixes (run 555) and split-K won random lists by 3-9 % (run 400). Both
 // halves run whole lists in one split (no combine, no partials): the kernels not chosen are
 // grids whose CTAs leave at once, the union pass's three or split-K's one.

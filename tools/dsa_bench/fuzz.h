@@ -3,8 +3,9 @@
 // stride, layouts of q, out, lse and indices with gaps, per-token list lengths with stale rows
 // past them, a sharing hint, a softmax scale of either sign or 0, and half the time a PlanChoice
 // (a choice the planner refuses is counted, and the case runs the planner's plan); every 16th
-// case (number % 16 == 7) is redrawn as an unhinted 16-head bf16 call from T = 2048, which the
-// planner gives a share probe (SparseMlaPlan::share_probe). It fails on:
+// case (number % 16 == 7) is redrawn as an unhinted 16-head call from T = 2048 (fp8 8192, past
+// the default --max-tokens), which the planner gives a share probe (SparseMlaPlan::share_probe).
+// It fails on:
 //  - disagreement (the tests' rule) with the GPU reference, or with the float64 CPU reference
 //    where that is quick: the CPU reference shares no code with the forward's launch path, where
 //    the GPU reference's parameters come from;
