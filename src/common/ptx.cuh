@@ -213,6 +213,13 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 }
 
 // Nanoseconds of the GPU's global timer (the same clock on every SM; for --timeline records).
+// The SM this thread runs on (%smid; diagnostics only: the hardware may renumber).
+__device__ __forceinline__ int sm_id() {
+  int id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
 __device__ __forceinline__ long long globaltimer_ns() {
   long long ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));

@@ -67,7 +67,7 @@ struct SparseMlaParams {
   // timeline[b * kTimelinePoints]: %globaltimer at entry (ns), six SM clock counts, and
   // %globaltimer again at exit (the two timers give the SM clock), then (shared rows) four more
   // clock counts. Split-K: cycles since entry after Q issue, compaction, Q in registers, first
-  // tile landed, the loop, the stores.
+  // tile landed, the loop, the stores, then the SM's id.
   // Shared-rows: see SharedRowsTimeline in shared_rows_kernel.cu.
   long long* timeline;
   // SparseMlaPlan::share_probe (share_line_permille 0: off): the probe's (distinct rows, valid

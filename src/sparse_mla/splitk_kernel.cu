@@ -836,7 +836,7 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   const auto mark_exit = [&] {  // every way out of the CTA
     if (timeline != nullptr) timeline[7] = ptx::globaltimer_ns();
   };
-  if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns();
+  if (timeline != nullptr) timeline[0] = ptx::globaltimer_ns(), timeline[8] = ptx::sm_id();
   // A share-probe plan's half (share_choice.cuh), launched after the main kernel: its own
   // instances, as the check alone cost the other plans' T <= 8 0.2-0.5 µs (run 693).
   if constexpr (kShareProbe) {

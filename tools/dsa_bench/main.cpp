@@ -70,6 +70,7 @@ struct Options : TimingOptions {
   std::string sharing = "auto";  // the planner's IndexSharing hint: auto (per case), unknown, consecutive, none
   std::string stage = "full";  // full, or a dissection: load, scores, softmax, all
   bool timeline = false;
+  std::string timeline_csv;  // --timeline-csv: every CTA's raw points, appended as CSV rows
   bool kernel_starts = false;  // after the table, each kernel's start and end within the call (CUPTI)
   bool warm_code = false;  // after each flush, run the same kernels on other data (caches their code only)
   bool warm_tlb = false;   // after each flush, touch one word per 64 KB of every buffer (caches translations only)
@@ -234,7 +235,10 @@ IndexSharing index_sharing(const Options& o, const BenchCase& c) {
 }
 
 // One call with the in-kernel timeline on (L2 flushed first), summarised per phase over CTAs.
-std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, void* ws, KernelTimer& timer) {
+// csv_path (not empty): every CTA's points appended as rows "label,cta,sm,entry_us,p1..p6_us,exit_us"
+// (entry and exit since the first entry, points since the CTA's own entry; -1: not reached).
+std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, void* ws, KernelTimer& timer,
+                         const std::string& csv_path, const std::string& label) {
   const size_t n = size_t(plan.ctas) * detail::kTimelinePoints;
   std::vector<long long> h(n, -1);
   long long* d = device_copy(h);
@@ -264,6 +268,18 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   auto median = [&](const std::vector<double>& v) { return percentile(v, 50); };
   auto max_of = [&](const std::vector<double>& v) { return percentile(v, 100); };
   const double clk = median(ghz);  // cycles per ns
+  if (!csv_path.empty() && plan.kernel == SparseMlaKernel::split_k) {
+    std::FILE* f = std::fopen(csv_path.c_str(), "a");
+    if (f == nullptr) throw Error("--timeline-csv: cannot open " + csv_path);
+    for (int b = 0; b < plan.ctas; ++b) {
+      const long long* r = &h[size_t(b) * detail::kTimelinePoints];
+      if (r[0] < 0) continue;
+      std::fprintf(f, "%s,%d,%lld,%.3f", label.c_str(), b, r[8], (r[0] - first) * 1e-3);
+      for (int k = 1; k <= 6; ++k) std::fprintf(f, ",%.3f", r[k] >= 0 ? r[k] / clk * 1e-3 : -1.0);
+      std::fprintf(f, ",%.3f\n", r[7] >= 0 ? (r[7] - first) * 1e-3 : -1.0);
+    }
+    std::fclose(f);
+  }
   char buf[512];
   std::vector<double> entries;
   for (int b = 0; b < plan.ctas; ++b)
@@ -615,7 +631,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
                        res.plan.block_keys == detail::kPlannerBlockKeys;
   if (o.timeline)  // one kernel's CTAs: a share-probe plan launches two (the forward refuses it a timeline)
     res.timeline = res.plan.share_probe.line_permille > 0 ? "none: a share-probe plan runs two kernels; force one with --kernel"
-                                                          : run_timeline(p, res.plan, ws, timer);
+                                                          : run_timeline(p, res.plan, ws, timer, o.timeline_csv, c.name);
   if (o.host_overhead) {  // enqueue time of plan + forward in short bursts (the launch queue never fills)
     constexpr int kCalls = 16;
     double best = 1e30;
@@ -1239,6 +1255,7 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
+  app.add_option("--timeline-csv", o.timeline_csv, "with --timeline: append every split-K CTA's raw points to this CSV file");
   app.add_flag("--kernel-starts", o.kernel_starts,
                "after the table, each kernel of a call (cupti): its name, start and end in us after the call's first start "
                "(medians): the gaps and overlaps of a chain of launches");
