@@ -197,6 +197,13 @@
 //   v38 90448a5  CompactScan::before by masks (v37's had put the struct in local memory, 16-byte
 //                stack frames); the tiny instance back to v36's code, whose 2-row lists v37 had
 //                made ~0.1 us slower (runs 633-635). Small T vs v37 -1.1 to +1.0 %.
+//   v39          two stages in position order: tile it + 1 asked for before tile it lands (two tiles
+//                in flight while a CTA waits, one barrier more per tile). H200, runs 711-712, A/B
+//                twice (us): T = 8 runs 14.0 -> 13.6, T = 4 of 33 rows 6.8 -> 6.5, the targets' T = 8
+//                12.35 -> 12.1, T = 1 random 8.95 -> 8.85, fp8 random T = 16 / 32 19.5 / 27.9 -> 19.2 /
+//                27.35, fp8 topk 512 T = 103 25.8 -> 24.1; bf16 random T = 64 53.35 -> 53.65, topk 512
+//                T = 103 30.75 -> 31.3. Row order kept the old order (with it, bf16 T = 128 / 1024
+//                random +1.5 / +2.0 %).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -1160,10 +1167,24 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
     }
   };
 
+  // Two stages in position order (v39): tile it + 1 is asked for as soon as tile it - 1's stage is
+  // free, before tile it has landed, so two tiles are in flight while the CTA waits, for one
+  // barrier more per tile. CTAs bound by their own round trips gain (short calls, mixed
+  // lengths, fp8 to T = 64); bf16's full random lists, bound by DRAM, lose up to 0.6 % at T = 64.
+  // Row order keeps the one-barrier order (its bf16 lists of 2048 lost 1.5-2 % with it, run
+  // 711), as do more stages, whose later tiles are in flight already.
+  constexpr bool kEarlyIssue = STAGES == 2 && !kRowOrder;
   for (int it = 0; it < ntiles; ++it) {
-    ptx::cp_async_wait<STAGES - 2>();
-    __syncthreads();  // tile `it` visible to all; everyone is done with tile it-1 and with Q
-    {
+    if constexpr (kEarlyIssue) {
+      if (it > 0) __syncthreads();  // everyone is done with tile it-1: its stage takes tile it+1
+      if (it + 1 < ntiles)
+        load_tile<BK, kFp8, kFixedRowLoop>(p, s_tiles + ((it + 1) % STAGES) * Shape::kTileBytes, rows + (it + 1) * BK, min(BK, nvalid - (it + 1) * BK));
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<1>();  // every group but tile it+1's: tile it has landed
+      __syncthreads();  // tile `it` visible to all; everyone is done with Q
+    } else {
+      ptx::cp_async_wait<STAGES - 2>();
+      __syncthreads();  // tile `it` visible to all; everyone is done with tile it-1 and with Q
       const int nt = it + STAGES - 1;
       if (nt < ntiles)
         load_tile<BK, kFp8, kFixedRowLoop>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
