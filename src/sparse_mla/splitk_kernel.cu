@@ -1172,7 +1172,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // barrier more per tile. CTAs bound by their own round trips gain (short calls, mixed
   // lengths, fp8 to T = 64); bf16's full random lists, bound by DRAM, lose up to 0.6 % at T = 64.
   // Row order keeps the one-barrier order (its bf16 lists of 2048 lost 1.5-2 % with it, run
-  // 711), as do more stages, whose later tiles are in flight already.
+  // 711), as do more stages, whose later tiles are in flight already. Tile 1 asked for with tile
+  // 0 in the prologue, ahead of Q's fragments, was slower (-1 to +3.2 %, run 713).
   constexpr bool kEarlyIssue = STAGES == 2 && !kRowOrder;
   for (int it = 0; it < ntiles; ++it) {
     if constexpr (kEarlyIssue) {
