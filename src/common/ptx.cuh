@@ -212,14 +212,14 @@ __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// Nanoseconds of the GPU's global timer (the same clock on every SM; for --timeline records).
-// The SM this thread runs on (%smid; diagnostics only: the hardware may renumber).
+// The SM this thread runs on (%smid; for --timeline records: the numbering is the hardware's).
 __device__ __forceinline__ int sm_id() {
   int id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
   return id;
 }
 
+// Nanoseconds of the GPU's global timer (the same clock on every SM; for --timeline records).
 __device__ __forceinline__ long long globaltimer_ns() {
   long long ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));

@@ -1254,8 +1254,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
-  app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
-  app.add_option("--timeline-csv", o.timeline_csv, "with --timeline: append every split-K CTA's raw points to this CSV file");
+  auto* timeline_flag = app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
+  app.add_option("--timeline-csv", o.timeline_csv, "with --timeline: append every split-K CTA's raw points and SM id to this CSV file")
+      ->needs(timeline_flag);
   app.add_flag("--kernel-starts", o.kernel_starts,
                "after the table, each kernel of a call (cupti): its name, start and end in us after the call's first start "
                "(medians): the gaps and overlaps of a chain of launches");
