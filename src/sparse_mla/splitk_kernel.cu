@@ -1170,26 +1170,31 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // Two stages in position order (v39): tile it + 1 is asked for as soon as tile it - 1's stage is
   // free, before tile it has landed, so two tiles are in flight while the CTA waits, for one
   // barrier more per tile. CTAs bound by their own round trips gain (short calls, mixed
-  // lengths, fp8 to T = 64); bf16's full random lists, bound by DRAM, lose up to 0.6 % at T = 64.
-  // Row order keeps the one-barrier order (its bf16 lists of 2048 lost 1.5-2 % with it, run
-  // 711), as do more stages, whose later tiles are in flight already. Tile 1 asked for with tile
-  // 0 in the prologue, ahead of Q's fragments, was slower (-1 to +3.2 %, run 713).
-  constexpr bool kEarlyIssue = STAGES == 2 && !kRowOrder;
+  // lengths, 32+ heads, whose head groups meet in L2, and fp8); a 16-head bf16 CTA of more than
+  // kEarlyIssueMaxTiles tiles keeps the old order: where every such CTA streams its own rows
+  // from DRAM (full lists) it lost 1-6.5 % (runs 715-716). Row order keeps it too (its bf16
+  // lists of 2048 lost 1.5-2 %, run 711), as do more stages, whose later tiles are in flight
+  // already. Tile 1 asked for with tile 0 in the prologue, ahead of Q's fragments, was slower
+  // (-1 to +3.2 %, run 713).
+  constexpr int kEarlyIssueMaxTiles = 6;
+  const bool early_issue = STAGES == 2 && !kRowOrder && (kFp8 || head_groups > 1 || ntiles <= kEarlyIssueMaxTiles);
   for (int it = 0; it < ntiles; ++it) {
-    if constexpr (kEarlyIssue) {
-      if (it > 0) __syncthreads();  // everyone is done with tile it-1: its stage takes tile it+1
-      if (it + 1 < ntiles)
-        load_tile<BK, kFp8, kFixedRowLoop>(p, s_tiles + ((it + 1) % STAGES) * Shape::kTileBytes, rows + (it + 1) * BK, min(BK, nvalid - (it + 1) * BK));
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<1>();  // every group but tile it+1's: tile it has landed
-      __syncthreads();  // tile `it` visible to all; everyone is done with Q
-    } else {
+    // Tile it+1 goes to the stage tile it-1 left: asked for after tile it landed, or (early) before.
+    if (!early_issue) {
       ptx::cp_async_wait<STAGES - 2>();
       __syncthreads();  // tile `it` visible to all; everyone is done with tile it-1 and with Q
+    } else if (it > 0) {
+      __syncthreads();  // everyone is done with tile it-1: its stage takes tile it+1
+    }
+    {
       const int nt = it + STAGES - 1;
       if (nt < ntiles)
         load_tile<BK, kFp8, kFixedRowLoop>(p, s_tiles + (nt % STAGES) * Shape::kTileBytes, rows + nt * BK, min(BK, nvalid - nt * BK));
       ptx::cp_async_commit();
+    }
+    if (early_issue) {
+      ptx::cp_async_wait<1>();  // every group but tile it+1's: tile it has landed
+      __syncthreads();  // tile `it` visible to all; everyone is done with Q
     }
     uint8_t* const tile_bytes = s_tiles + (it % STAGES) * Shape::kTileBytes;
     const uint32_t tile = ptx::smem_addr(tile_bytes);
