@@ -57,7 +57,12 @@ struct DeviceBuffer {
   }
 };
 
-// A stream with `launch` captured into a graph on it; replay() launches the graph and waits.
+// A stream with `launch` captured into a graph on it; replay() waits for the device, launches the
+// graph and waits. The first wait matters: the tests poison outputs and workspaces with
+// cudaMemset and copy inputs with cudaMemcpy on the legacy stream, which orders nothing on this
+// non-blocking stream. Without it a poisoning memset of the workspace landed on a replay's
+// partials (Gpu.GraphCaptureAndReplay, NaN in 34 of 128 rows, with 4 test processes and
+// compute-sanitizer sharing one GPU: perf.md run 717).
 class CapturedGraph {
  public:
   template <class Launch>
@@ -77,7 +82,8 @@ class CapturedGraph {
   CapturedGraph& operator=(const CapturedGraph&) = delete;
   bool ok() const { return ok_; }
   cudaError_t replay() {
-    const cudaError_t e = cudaGraphLaunch(exec_, stream_);
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaGraphLaunch(exec_, stream_);
     return e != cudaSuccess ? e : cudaStreamSynchronize(stream_);
   }
 
