@@ -203,7 +203,10 @@
 //                12.35 -> 12.1, T = 1 random 8.95 -> 8.85, fp8 random T = 16 / 32 19.5 / 27.9 -> 19.2 /
 //                27.35, fp8 topk 512 T = 103 25.8 -> 24.1; bf16 random T = 64 53.35 -> 53.65, topk 512
 //                T = 103 30.75 -> 31.3. Row order kept the old order (with it, bf16 T = 128 / 1024
-//                random +1.5 / +2.0 %).
+//                random +1.5 / +2.0 %). Over the sweep (run 715) 16-head bf16 CTAs of many tiles
+//                lost up to 6.5 % (topk 512 T = 176), separate requests up to 5.8 % (run 716): since
+//                run 717 a 16-head bf16 CTA of more than 6 tiles keeps the old order (a run-time
+//                choice; split-K's sweep cases -0.86 -> -0.76 % on average, worst +6.5 -> +2.2 %).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
