@@ -2,6 +2,7 @@
 // validated pointers, strides resolved to concrete values, and the plan's choices.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -155,6 +156,20 @@ inline bool fused_rows_fit(int splits, int topk, int chunk) {
 // Index positions a split-K CTA compacts into shared memory: its chunk, or with fused rows or a
 // balanced schedule the token's whole list (what its shared memory is sized for).
 inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { return whole_list ? topk : chunk; }
+
+// Split-K's early issue (splitk_kernel.cu, v39): with two stages in position order, tile it + 1
+// is asked for before tile it lands. A 16-head bf16 CTA of more than kEarlyIssueMaxTiles tiles
+// keeps the old order: where every such CTA streams its own rows from DRAM it lost up to 6.5 %
+// (docs/perf.md runs 715-716). The launcher picks the instance from the plan, by the most tiles
+// any of its CTAs can hold (its chunk, or a lead token's): chosen per CTA at run time instead,
+// the old order's plans ran 1-2 % slower than the old kernel (run 719). Balanced schedules,
+// whose slots the plan does not bound, still choose per CTA.
+inline constexpr int kEarlyIssueMaxTiles = 6;
+inline bool split_k_early_issue(const SparseMlaParams& p) {
+  if (p.kv_fp8 || p.num_heads > kHeadGroup) return true;
+  const int positions = std::min(p.topk, p.lead_tokens > 0 ? std::max(p.chunk, p.lead_chunk) : p.chunk);
+  return (positions + p.block_keys - 1) / p.block_keys <= kEarlyIssueMaxTiles;
+}
 
 // Balanced split-K (SparseMlaPlan::balanced). A token with n valid rows has tiles = ceil(n / 32);
 // with k tiles per split it gets max(1, ceil(tiles / k)) splits, its tiles shared out evenly.

@@ -818,7 +818,7 @@ __device__ __forceinline__ float4 tile_weights(const float (&acc)[4], float s_sc
 // kTinyList: the instance for one-split plans of lists of at most 32 positions (tiny_list below);
 // the other instances do not carry its code (in their prologue it cost T = 1 random 0.2 us, run 624).
 template <int BK, int STAGES, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
-          bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false>
+          bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false, bool kEarlyIssue = true>
 __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const SparseMlaParams p) {
   static_assert(!kTinyList || (kStage == kStageFull && !kRowOrder && !kBalanced), "tiny lists: the full kernel, position order");
   static_assert(!kShareProbe || (kStage == kStageFull && !kBalanced && !kTinyList && share_probe_split_k_tiles_fit(BK, kFp8)),
@@ -1175,12 +1175,13 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // barrier more per tile. CTAs bound by their own round trips gain (short calls, mixed
   // lengths, 32+ heads, whose head groups meet in L2, and fp8); a 16-head bf16 CTA of more than
   // kEarlyIssueMaxTiles tiles keeps the old order: where every such CTA streams its own rows
-  // from DRAM (full lists) it lost 1-6.5 % (runs 715-716). Row order keeps it too (its bf16
-  // lists of 2048 lost 1.5-2 %, run 711), as do more stages, whose later tiles are in flight
-  // already. Tile 1 asked for with tile 0 in the prologue, ahead of Q's fragments, was slower
-  // (-1 to +3.2 %, run 713).
-  constexpr int kEarlyIssueMaxTiles = 6;
-  const bool early_issue = STAGES == 2 && !kRowOrder && (kFp8 || head_groups > 1 || ntiles <= kEarlyIssueMaxTiles);
+  // from DRAM (full lists) it lost 1-6.5 % (runs 715-716). The launcher says which by the
+  // instance (kEarlyIssue, split_k_early_issue in params.h); a balanced schedule's CTA decides by
+  // its own tile count. Row order keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %,
+  // run 711), as do more stages, whose later tiles are in flight already. Tile 1 asked for with
+  // tile 0 in the prologue, ahead of Q's fragments, was slower (-1 to +3.2 %, run 713).
+  const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&
+                           (!kBalanced || kFp8 || head_groups > 1 || ntiles <= kEarlyIssueMaxTiles);
   for (int it = 0; it < ntiles; ++it) {
     // Tile it+1 goes to the stage tile it-1 left: asked for after tile it landed, or (early) before.
     if (!early_issue) {
@@ -1770,11 +1771,12 @@ template <int BK>
 constexpr int kStagesFor = BK == 16 ? 4 : 2;
 
 template <int BK, int kStage = kStageFull, bool kRowOrder = false, bool kBalanced = false, bool kFp8 = false,
-          bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false>
+          bool kSplitSoftmax = kFp8, bool kTinyList = false, bool kShareProbe = false, bool kEarlyIssue = true>
 void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
   constexpr int kStages = kStagesFor<BK>;
   using Shape = TileShape<BK, kStages, kFp8>;
-  constexpr auto kernel = sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList, kShareProbe>;
+  constexpr auto kernel =
+      sparse_mla_splitk_kernel<BK, kStages, kStage, kRowOrder, kBalanced, kFp8, kSplitSoftmax, kTinyList, kShareProbe, kEarlyIssue>;
   const int smem = Shape::smem_bytes(splitk_listed_positions(kBalanced || p.fused_rows > 0 || p.lead_tokens > 0, p.topk, p.chunk));
   // The opt-in limit for the largest chunk, once per device (a device past the helper's 64 bits
   // on every launch; this launcher's own per-thread table of 64 had never raised it there).
@@ -1800,9 +1802,11 @@ template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.share_line_permille > 0) {
     if constexpr (kStage == kStageFull && share_probe_split_k_tiles_fit(BK, kFp8)) {
+      // Position order: bf16's half takes the old order (split_k_early_issue) without a twin
+      // for short lists: its 16-head CTAs read whole lists, which are long where probes pay.
       if (p.balanced_slots == 0 && p.splits == 1 && p.lead_tokens == 0)
         return p.row_order_bits > 0 ? launch_splitk_instance<BK, kStage, true, false, kFp8, kSplitSoftmax, false, true>(p, stream)
-                                    : launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, true>(p, stream);
+                                    : launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, true, kFp8>(p, stream);
     }
     throw Error("a share probe's split_k half runs one split of whole lists in 32-row tiles (bf16) or 32- or 64-row tiles (fp8)");
   }
@@ -1817,6 +1821,12 @@ void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
     // instance, whose CTAs count such a list by one ballot per warp (the kernel's tiny_list).
     if (p.splits == 1 && p.lead_tokens == 0 && p.fused_rows <= 0 && std::min(p.chunk, p.topk) <= 32)
       return launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, true>(p, stream);
+  }
+  // The old order for 16-head bf16 plans whose CTAs may hold many tiles (split_k_early_issue);
+  // only two-stage bf16 instances have the choice.
+  if constexpr (!kFp8 && kStagesFor<BK> == 2) {
+    if (!split_k_early_issue(p))
+      return launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, false, false>(p, stream);
   }
   launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax>(p, stream);
 }

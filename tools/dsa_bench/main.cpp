@@ -297,7 +297,8 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
                   median(phase[8]) / clk * 1e-3, median(phase[2]) / clk * 1e-3, median(phase[5]) / clk * 1e-3,
                   median(phase[3]) / clk * 1e-3, median(phase[4]) / clk * 1e-3, median(phase[11]) / clk * 1e-3, median(phase[10]) / clk * 1e-3,
                   median(phase[9]) / clk * 1e-3, (last - first) * 1e-3);
-    return buf;
+    // Its points are sums over the loop, not split-K's phases: nothing goes to the CSV, and the line says so.
+    return csv_path.empty() ? std::string(buf) : std::string(buf) + "; --timeline-csv: nothing written (split-K plans only)";
   }
   std::snprintf(buf, sizeof buf,
                 "SM %.2f GHz; at most %d CTAs resident; CTA entry spread median %.2f max %.2f us; per-CTA median us since entry: Q issued %.2f, "
@@ -1255,7 +1256,7 @@ int main(int argc, char** argv) {
   app.add_option("--stage", o.stage, "also time kernel variants that stop after a stage (load, scores, softmax, all)")
       ->check(CLI::IsMember({"full", "load", "scores", "softmax", "all"}));
   auto* timeline_flag = app.add_flag("--timeline", o.timeline, "record in-kernel phase timestamps for one call per case");
-  app.add_option("--timeline-csv", o.timeline_csv, "with --timeline: append every split-K CTA's raw points and SM id to this CSV file")
+  app.add_option("--timeline-csv", o.timeline_csv, "with --timeline: append every split-K CTA's raw points and SM id to this CSV file (a shared-rows plan writes none, and its timeline line says so)")
       ->needs(timeline_flag);
   app.add_flag("--kernel-starts", o.kernel_starts,
                "after the table, each kernel of a call (cupti): its name, start and end in us after the call's first start "
