@@ -252,6 +252,13 @@ struct SparseMlaPlan {
   // split (H100: T = 8 runs / T = 64 random -2 / -1 %, against +4 % unsplit at T = 1024 random);
   // docs/perf.md runs 548 and 550.
   bool split_softmax = false;
+  // split_k over a bf16 cache, position order (no row_order), 32- or 64-row tiles: each CTA asks
+  // for tile it + 1 before tile it lands, two tiles in flight while it waits. The planner's: on
+  // for 32+ heads, for CTAs of at most 6 tiles, and on fast memory (an H200) where the grid fits
+  // one CTA per SM; off for other 16-head CTAs of more tiles, which stream their rows from DRAM
+  // and lost up to 6.5 % to it two to an SM (H200, docs/perf.md runs 715-721). An fp8_ds_mla cache always issues early, and a
+  // balanced schedule's CTAs choose by their own tile counts, whatever this says.
+  bool early_issue = false;
   // Unhinted (IndexSharing::unknown) 16-head calls where the planner takes shared rows
   // (T >= 2048, fp8 8192; lists of >= 512): whether they pay depends on how many rows
   // consecutive tokens share, which the planner cannot see (H200: split-K 12-26 % faster where

@@ -45,6 +45,7 @@ struct SparseMlaParams {
   bool splits_over_entries;
   bool kv_fp8;  // KvCacheFormat::fp8_ds_mla; in the padding after the two flags above
   bool split_softmax;  // split_k: SparseMlaPlan::split_softmax (always with kv_fp8)
+  bool early_issue;    // split_k: SparseMlaPlan::early_issue (the launcher picks the instance)
   // A combine that another combine follows (the lead tokens', lead_tokens_view): each of its
   // blocks waits for the main kernel before it leaves, even one with nothing to merge, so its
   // grid ends after the main kernel and the next combine's wait, which is on this grid, covers
@@ -157,18 +158,16 @@ inline bool fused_rows_fit(int splits, int topk, int chunk) {
 // balanced schedule the token's whole list (what its shared memory is sized for).
 inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { return whole_list ? topk : chunk; }
 
-// Split-K's early issue (splitk_kernel.cu, v39): with two stages in position order, tile it + 1
-// is asked for before tile it lands. A 16-head bf16 CTA of more than kEarlyIssueMaxTiles tiles
-// keeps the old order: where every such CTA streams its own rows from DRAM it lost up to 6.5 %
-// (docs/perf.md runs 715-716). The launcher picks the instance from the plan, by the most tiles
-// any of its CTAs can hold (its chunk, or a lead token's): chosen per CTA at run time instead,
-// the old order's plans ran 1-2 % slower than the old kernel (run 719). Balanced schedules,
-// whose slots the plan does not bound, still choose per CTA.
+// Split-K's early issue (SparseMlaPlan::early_issue; splitk_kernel.cu, v39-v40): with two
+// stages in position order, tile it + 1 is asked for before tile it lands. 16-head bf16 CTAs of
+// more than kEarlyIssueMaxTiles tiles, two to an SM, keep the old order: where each streams its
+// own rows from DRAM it lost up to 6.5 % (docs/perf.md runs 715-716). On fast memory one CTA per
+// SM gains from it at any length (H200, 16 heads, lists of 2048 in 2-8 splits at T = 16-64: -5 to
+// -14 % against the old order, run 721); not measured on the H100, which keeps the old order there. Chosen per CTA at run time, the old order's plans ran 1-2 % slower than
+// the old kernel (runs 719-720), so the plan says it and the launcher picks the instance.
 inline constexpr int kEarlyIssueMaxTiles = 6;
-inline bool split_k_early_issue(const SparseMlaParams& p) {
-  if (p.kv_fp8 || p.num_heads > kHeadGroup) return true;
-  const int positions = std::min(p.topk, p.lead_tokens > 0 ? std::max(p.chunk, p.lead_chunk) : p.chunk);
-  return (positions + p.block_keys - 1) / p.block_keys <= kEarlyIssueMaxTiles;
+inline bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
+  return fp8 || num_heads > kHeadGroup || max_cta_tiles <= kEarlyIssueMaxTiles || one_cta_per_sm;
 }
 
 // Balanced split-K (SparseMlaPlan::balanced). A token with n valid rows has tiles = ceil(n / 32);
@@ -316,6 +315,15 @@ inline constexpr int kSplitKTailMinList = 512;
 // trade: random lists -8.8 to +0.6 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12,
 // 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
+// On fast memory (H200; not measured on the H100), 16 heads over a bf16 cache, lists of more than
+// kSplitKOneCtaPerSmMinList positions, split two CTAs to an SM: as many splits as fit one CTA per SM, where those hold at most
+// kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its next tile early
+// (SparseMlaPlan::early_issue). H200, lists of 2048 (run 721): T = 16 in 8 splits random /
+// sequences 23.7 / 23.9 -> 21.4 / 21.6 us, mixed-length runs 18.1 -> 18.0. Longer splits stay two
+// to an SM: at T = 24-40 (5-3 splits of 13-22 tiles) random lists gained 3-9 %, but mixed
+// lengths lost 7-14 % (their long lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
+inline constexpr int kSplitKOneCtaPerSmMinList = 1024;
+inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 inline constexpr int kSplitKLongListMaxTilesToRefit = 2;
 // A list of at most this many tiles is split-K split into one-tile splits (while they fit one

@@ -20,6 +20,7 @@ using detail::ceil_div;
 using detail::fail;
 using detail::shared_rows_workspace_for;
 using detail::splitk_chunk;
+using detail::splitk_lead_chunk;
 using detail::validate_format;
 using detail::validate_shape;
 using detail::validate_sharing;
@@ -112,6 +113,7 @@ SparseMlaPlan plan_balanced(SparseMlaPlan plan, const PlanChoice& choice, const 
   plan.fused_rows = 0;
   plan.row_order = false;
   plan.split_softmax = resolve_split_softmax(choice, plan.block_keys, false, fp8, fast_memory);
+  plan.early_issue = true;  // each CTA chooses by its slot's tiles (splitk_kernel.cu)
   plan.ctas = launch_ctas(static_cast<int64_t>(slots) * head_groups);
   plan.launches = T > 0 ? 2 : 0;  // main, combine (the schedule is made before, once per step)
   plan.workspace_bytes = T > 0 ? balanced_workspace_for(plan.num_heads, slots) : 0;
@@ -610,6 +612,13 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     if (fewer == min_splits || 4 * fewer_ctas >= 3 * int64_t{dev.sm_count}) splits = fewer;
   }
   if (list_tiles <= detail::kSplitKOneTileOnlyMaxTiles && ceil_div(list_tiles, splits) > 1) splits = min_splits;
+  // On fast memory, 16-head bf16 lists of > 1024 positions: one CTA per SM with the early
+  // issue, where its splits hold at most 8 tiles (params.h kSplitKOneCtaPerSmMinList).
+  if (c.fast_memory && !fp8 && num_heads == kHeadGroup && topk > detail::kSplitKOneCtaPerSmMinList &&
+      topk <= SparseMlaPlan::kMaxChunk && base_ctas * splits > dev.sm_count) {
+    const int64_t fit = dev.sm_count / base_ctas;
+    if (fit > min_splits && ceil_div(list_tiles, fit) <= detail::kSplitKOneCtaPerSmMaxTiles) splits = whole_tile_splits(list_tiles, fit);
+  }
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = splitk_chunk(topk, splits, plan.block_keys);
   if (choice.block_keys != 0) {
@@ -691,6 +700,11 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // of its token's list (none a whole list, as unsplit tokens and unsplit lead tokens do).
   const bool whole_lists = plan.splits == 1 || (plan.lead_tokens > 0 && plan.lead_splits == 1);
   plan.split_softmax = resolve_split_softmax(choice, plan.block_keys, whole_lists, fp8, c.fast_memory);
+  // Early issue (SparseMlaPlan::early_issue, params.h split_k_early_issue): by the most tiles one
+  // CTA holds (a split, or a lead token's) and, on fast memory, whether the grid fits one CTA per SM.
+  const int cta_positions = std::min(topk, plan.lead_tokens > 0 ? std::max(plan.chunk, splitk_lead_chunk(plan)) : plan.chunk);
+  plan.early_issue = !plan.row_order && detail::split_k_early_issue(fp8, num_heads, ceil_div(cta_positions, plan.block_keys),
+                                                                      c.fast_memory && plan.ctas <= dev.sm_count);
   plan.launches = num_tokens > 0 ? (plan.splits > 1 ? 2 : 1) + (plan.lead_splits > 1 ? 1 : 0) : 0;  // + the lead tokens' combine
   plan.workspace_bytes = workspace_for(num_tokens, num_heads, plan.splits, plan.lead_tokens, plan.lead_splits);
   return plan;

@@ -261,6 +261,7 @@ static void set_split_k(detail::SparseMlaParams& k, const SparseMlaPlan& plan) {
   k.fused_rows = plan.fused_rows;
   set_row_order(k, plan);
   k.split_softmax = plan.split_softmax;
+  k.early_issue = plan.early_issue;
 }
 
 // The split_k half of a share-probe plan, as a plan: one split of the whole list, with the
@@ -337,6 +338,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
   if (plan.kernel == SparseMlaKernel::shared_rows) {
     if (plan.balanced) fail("plan", "inconsistent balanced schedule");
     if (plan.split_softmax) fail("plan", "split_softmax is split_k's");
+    if (plan.early_issue) fail("plan", "early_issue is split_k's");
     if (plan.topk > SparseMlaPlan::kMaxChunk)
       fail("plan", "shared_rows needs topk <= " + std::to_string(SparseMlaPlan::kMaxChunk));
     const std::string cache_limit = shared_rows_cache_limit(problem);
@@ -399,6 +401,7 @@ void sparse_mla_forward_stage(const SparseMlaProblem& problem, const SparseMlaPl
     set_balanced(k, plan, workspace, problem.schedule);
     k.timeline = timeline;
     k.split_softmax = plan.split_softmax;
+    k.early_issue = plan.early_issue;  // unused: a balanced CTA chooses by its slot's tiles
     launch_sparse_mla_splitk(k, stream, stage);
     return;
   }

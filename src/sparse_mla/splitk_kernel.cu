@@ -1173,11 +1173,11 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // Two stages in position order (v39): tile it + 1 is asked for as soon as tile it - 1's stage is
   // free, before tile it has landed, so two tiles are in flight while the CTA waits, for one
   // barrier more per tile. CTAs bound by their own round trips gain (short calls, mixed
-  // lengths, 32+ heads, whose head groups meet in L2, and fp8); a 16-head bf16 CTA of more than
-  // kEarlyIssueMaxTiles tiles keeps the old order: where every such CTA streams its own rows
-  // from DRAM (full lists) it lost 1-6.5 % (runs 715-716). The launcher says which by the
-  // instance (kEarlyIssue, split_k_early_issue in params.h); a balanced schedule's CTA decides by
-  // its own tile count. Row order keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %,
+  // lengths, 32+ heads, whose head groups meet in L2, fp8, and one CTA per SM); 16-head bf16 CTAs
+  // of more than kEarlyIssueMaxTiles tiles two to an SM keep the old order: where each streams
+  // its own rows from DRAM (full lists) it lost 1-6.5 % (runs 715-716). The plan says which
+  // (SparseMlaPlan::early_issue, params.h split_k_early_issue) and the launcher picks the
+  // instance (kEarlyIssue); a balanced schedule's CTA decides by its own tile count. Row order keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %,
   // run 711), as do more stages, whose later tiles are in flight already. Tile 1 asked for with
   // tile 0 in the prologue, ahead of Q's fragments, was slower (-1 to +3.2 %, run 713).
   const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&
@@ -1802,8 +1802,8 @@ template <int BK, int kStage, bool kFp8, bool kSplitSoftmax>
 void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
   if (p.share_line_permille > 0) {
     if constexpr (kStage == kStageFull && share_probe_split_k_tiles_fit(BK, kFp8)) {
-      // Position order: bf16's half takes the old order (split_k_early_issue) without a twin
-      // for short lists: its 16-head CTAs read whole lists, which are long where probes pay.
+      // Position order: bf16's half takes the old order without a twin for short lists (its
+      // plan's early_issue is false): its 16-head CTAs read whole lists, long where probes pay.
       if (p.balanced_slots == 0 && p.splits == 1 && p.lead_tokens == 0)
         return p.row_order_bits > 0 ? launch_splitk_instance<BK, kStage, true, false, kFp8, kSplitSoftmax, false, true>(p, stream)
                                     : launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, true, kFp8>(p, stream);
@@ -1822,10 +1822,10 @@ void launch_splitk_format(const SparseMlaParams& p, cudaStream_t stream) {
     if (p.splits == 1 && p.lead_tokens == 0 && p.fused_rows <= 0 && std::min(p.chunk, p.topk) <= 32)
       return launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, true>(p, stream);
   }
-  // The old order for 16-head bf16 plans whose CTAs may hold many tiles (split_k_early_issue);
-  // only two-stage bf16 instances have the choice.
+  // The old order where the plan says so (SparseMlaPlan::early_issue); only two-stage bf16
+  // instances have the choice.
   if constexpr (!kFp8 && kStagesFor<BK> == 2) {
-    if (!split_k_early_issue(p))
+    if (!p.early_issue)
       return launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax, false, false, false>(p, stream);
   }
   launch_splitk_instance<BK, kStage, false, false, kFp8, kSplitSoftmax>(p, stream);

@@ -35,7 +35,7 @@ bool same_plan(const SparseMlaPlan& a, const SparseMlaPlan& b) {
   return a.num_tokens == b.num_tokens && a.num_heads == b.num_heads && a.topk == b.topk && a.kernel == b.kernel &&
          a.block_keys == b.block_keys && a.splits == b.splits && a.chunk == b.chunk && a.ctas == b.ctas && a.launches == b.launches &&
          a.fused_rows == b.fused_rows && a.union_pass == b.union_pass && a.lead_tokens == b.lead_tokens && a.lead_splits == b.lead_splits &&
-         a.row_order == b.row_order && a.balanced == b.balanced && a.split_softmax == b.split_softmax && a.schedule_bytes == b.schedule_bytes && a.workspace_bytes == b.workspace_bytes &&
+         a.row_order == b.row_order && a.balanced == b.balanced && a.split_softmax == b.split_softmax && a.early_issue == b.early_issue && a.schedule_bytes == b.schedule_bytes && a.workspace_bytes == b.workspace_bytes &&
          a.share_probe.line_permille == b.share_probe.line_permille && a.share_probe.split_k_block_keys == b.share_probe.split_k_block_keys &&
          a.share_probe.split_k_row_order == b.share_probe.split_k_row_order &&
          a.share_probe.split_k_split_softmax == b.share_probe.split_k_split_softmax;
@@ -874,6 +874,8 @@ TEST(Planner, SplitKHalfWaveLeadFromFourLaterSplitsOnFastMemory) {
       EXPECT_TRUE(h100_1024.row_order) << T;
       EXPECT_EQ(h200_1024.row_order, kv == KvCacheFormat::bf16 && T >= 192) << T;
       h100_1024.row_order = h200_1024.row_order;
+      EXPECT_FALSE(h100_1024.early_issue) << T;  // row order never issues early
+      h100_1024.early_issue = h200_1024.early_issue;
       EXPECT_TRUE(same_plan_but_softmax(h100_1024, h200_1024)) << T;
     }
   EXPECT_EQ(plan_sparse_mla(199, 16, 2048, h200).lead_tokens, 0);  // 67 later tokens: 3 splits fit
@@ -1192,6 +1194,55 @@ TEST(Planner, SharedRowsWhenForced) {
   forced = PlanChoice{};
   forced.kernel = PlanChoice::Kernel::split_k;
   EXPECT_EQ(plan_sparse_mla(4096, 16, 2048, kH100, forced).kernel, SparseMlaKernel::split_k);
+}
+
+// The early issue (SparseMlaPlan::early_issue): split-K CTAs in position order ask for their next
+// tile before the current one lands with an fp8 cache, at 32+ heads, with at most 6 tiles, and
+// on fast memory where the grid fits one CTA per SM; 16-head bf16 CTAs of more tiles, two to an
+// SM, keep the old order, as row order and shared rows always do.
+TEST(Planner, EarlyIssueWhereItPays) {
+  const auto plan = [](int T, int H, int topk, const DeviceInfo& dev, KvCacheFormat kv = KvCacheFormat::bf16) {
+    return plan_sparse_mla(T, H, topk, dev, PlanChoice{}, IndexSharing::unknown, kv);
+  };
+  for (const DeviceInfo& dev : {kH100, kH200}) {
+    EXPECT_TRUE(plan(1, 16, 2048, dev).early_issue);   // 64 one-tile splits
+    EXPECT_TRUE(plan(8, 16, 2048, dev).early_issue);   // 16 splits of 4 tiles
+    EXPECT_FALSE(plan(64, 16, 2048, dev).early_issue);  // 256 CTAs of 16 tiles
+    EXPECT_TRUE(plan(32, 16, 2048, dev, KvCacheFormat::fp8_ds_mla).early_issue);
+    EXPECT_TRUE(plan(8, 32, 2048, dev).early_issue);
+    EXPECT_FALSE(plan(4096, 16, 2048, dev).early_issue);  // shared rows
+  }
+  const SparseMlaPlan sorted = plan(256, 16, 2048, kH100);
+  EXPECT_TRUE(sorted.row_order);
+  EXPECT_FALSE(sorted.early_issue);
+  // One CTA per SM of more than 6 tiles: early on fast memory only (not measured on the H100).
+  // A forced split count follows the same rule: T = 32 in 4 splits of 16 tiles.
+  PlanChoice four;
+  four.splits = 4;
+  EXPECT_TRUE(plan_sparse_mla(32, 16, 2048, kH200, four).early_issue);
+  EXPECT_FALSE(plan_sparse_mla(32, 16, 2048, kH100, four).early_issue);
+}
+
+// On fast memory, 16-head bf16 lists of > 1024 positions that the split rules put two CTAs to an
+// SM take as many splits as fit one CTA per SM where those hold at most 8 tiles (T = 9-16 for
+// lists of 2048 on 132 SMs), with the early issue; fp8, the H100 and longer splits keep theirs.
+TEST(Planner, OneCtaPerSmForSixteenHeadListsOnFastMemory) {
+  for (int T = 9; T <= 16; ++T) {
+    const SparseMlaPlan p = plan_sparse_mla(T, 16, 2048, kH200);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_LE(p.ctas, 132) << T;
+    EXPECT_GT(p.ctas, 132 * 3 / 4) << T;  // whole tiles per split: 117-132 CTAs
+    EXPECT_LE(p.chunk, 8 * 32) << T;
+    EXPECT_TRUE(p.early_issue) << T;
+    EXPECT_GT(plan_sparse_mla(T, 16, 2048, kH100).ctas, 132) << T;
+    EXPECT_GT(plan_sparse_mla(T, 16, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).ctas, 132) << T;
+  }
+  EXPECT_EQ(plan_sparse_mla(16, 16, 2048, kH200).splits, 8);
+  EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH200).splits, 11);
+  EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH100).splits, 22);
+  EXPECT_EQ(plan_sparse_mla(24, 16, 2048, kH200).splits, 11);  // 5 splits would hold 13 tiles
+  EXPECT_EQ(plan_sparse_mla(16, 16, 1024, kH200).splits, 8);   // lists of 1024 keep theirs
+  EXPECT_EQ(plan_sparse_mla(8, 16, 2048, kH200).splits, 16);   // already one CTA per SM
 }
 
 // Lists of at most 32 positions (a caller's topk = L for short contexts) run as one split per

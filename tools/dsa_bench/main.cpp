@@ -848,7 +848,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
                    {"entries", r.entries},
-                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"lead_tokens", r.plan.lead_tokens}, {"lead_splits", r.plan.lead_splits}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}, {"split_softmax", r.plan.split_softmax}, {"share_probe_line_permille", r.plan.share_probe.line_permille}}},
+                   {"plan", {{"kernel", kernel_name(r.plan)}, {"block_keys", r.plan.block_keys}, {"splits", r.plan.splits}, {"chunk", r.plan.chunk}, {"fused_rows", r.plan.fused_rows}, {"lead_tokens", r.plan.lead_tokens}, {"lead_splits", r.plan.lead_splits}, {"row_order", r.plan.row_order}, {"balanced", r.plan.balanced}, {"split_softmax", r.plan.split_softmax}, {"early_issue", r.plan.early_issue}, {"share_probe_line_permille", r.plan.share_probe.line_permille}}},
                    {"ok", r.ok},
                    {"vs_gpu_reference", agreement(r.vs_gpu_ref)},
                    {"kernel", timing(r.kernel)},

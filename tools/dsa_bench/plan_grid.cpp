@@ -75,10 +75,11 @@ int run_plan_grid(bool summary_only) {
                                                           fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
                   std::snprintf(line, sizeof line,
                                 "kernel %d keys %d splits %d chunk %d lead %d x %d ctas %d union %d fused %d order %d balanced %d "
-                                "split %d launches %d workspace %zu schedule %zu",
+                                "split %d early %d launches %d workspace %zu schedule %zu",
                                 static_cast<int>(p.kernel), p.block_keys, p.splits, p.chunk, p.lead_tokens, p.lead_splits, p.ctas,
                                 static_cast<int>(p.union_pass), p.fused_rows, static_cast<int>(p.row_order), static_cast<int>(p.balanced),
-                                static_cast<int>(p.split_softmax), p.launches, p.workspace_bytes, p.schedule_bytes);
+                                static_cast<int>(p.split_softmax), static_cast<int>(p.early_issue), p.launches, p.workspace_bytes,
+                                p.schedule_bytes);
                   s += line;
                   if (p.share_probe.line_permille > 0) {
                     std::snprintf(line, sizeof line, " probe %d keys %d order %d split %d", p.share_probe.line_permille,
