@@ -207,6 +207,13 @@
 //                lost up to 6.5 % (topk 512 T = 176), separate requests up to 5.8 % (run 716): since
 //                run 717 a 16-head bf16 CTA of more than 6 tiles keeps the old order (a run-time
 //                choice; split-K's sweep cases -0.86 -> -0.76 % on average, worst +6.5 -> +2.2 %).
+//   v40          the early issue chosen by the plan (SparseMlaPlan::early_issue) and the launcher's
+//                instance, not per CTA (that choice cost the old order's plans 1-2 %, run 719;
+//                T = 53 / 62 runs -1.6 %, topk 512 T = 176 -1.1 %, run 720), and on where the
+//                grid fits one CTA per SM (H200). With it the planner splits 16-head bf16 lists of
+//                2048 at T = 9-16 one CTA per SM (run 722, H200, us): T = 16 random 23.65 -> 21.5,
+//                sequences 23.8 -> 21.4, runs 18.1 -> 17.95; T = 9 random 17.6 -> 16.25; T = 11
+//                runs 16.15 -> 16.4, the one loss.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
