@@ -256,8 +256,9 @@ struct SparseMlaPlan {
   // for tile it + 1 before tile it lands, two tiles in flight while it waits. The planner's: on
   // for 32+ heads, for CTAs of at most 6 tiles, and on fast memory (an H200) where the grid fits
   // one CTA per SM; off for other 16-head CTAs of more tiles, which stream their rows from DRAM
-  // and lost up to 6.5 % to it two to an SM (H200, docs/perf.md runs 715-721). An fp8_ds_mla cache always issues early, and a
-  // balanced schedule's CTAs choose by their own tile counts, whatever this says.
+  // and lost up to 6.5 % to it two to an SM (H200, docs/perf.md runs 715-722). An fp8_ds_mla
+  // cache always issues early, and a balanced schedule's CTAs choose by their own tile counts,
+  // whatever this says. Either value gives the same results; only the speed differs.
   bool early_issue = false;
   // Unhinted (IndexSharing::unknown) 16-head calls where the planner takes shared rows
   // (T >= 2048, fp8 8192; lists of >= 512): whether they pay depends on how many rows

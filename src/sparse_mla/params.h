@@ -2,7 +2,6 @@
 // validated pointers, strides resolved to concrete values, and the plan's choices.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -163,8 +162,9 @@ inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { retur
 // more than kEarlyIssueMaxTiles tiles, two to an SM, keep the old order: where each streams its
 // own rows from DRAM it lost up to 6.5 % (docs/perf.md runs 715-716). On fast memory one CTA per
 // SM gains from it at any length (H200, 16 heads, lists of 2048 in 2-8 splits at T = 16-64: -5 to
-// -14 % against the old order, run 721); not measured on the H100, which keeps the old order there. Chosen per CTA at run time, the old order's plans ran 1-2 % slower than
-// the old kernel (runs 719-720), so the plan says it and the launcher picks the instance.
+// -14 % against the old order, run 721); not measured on the H100, which keeps the old order
+// there. Chosen per CTA at run time, the old order's plans ran 1-2 % slower than the old kernel
+// (runs 719-720), so the plan says it and the launcher picks the instance.
 inline constexpr int kEarlyIssueMaxTiles = 6;
 inline bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
   return fp8 || num_heads > kHeadGroup || max_cta_tiles <= kEarlyIssueMaxTiles || one_cta_per_sm;
@@ -315,14 +315,15 @@ inline constexpr int kSplitKTailMinList = 512;
 // trade: random lists -8.8 to +0.6 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12,
 // 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
-// On fast memory (H200; not measured on the H100), 16 heads over a bf16 cache, lists of more than
-// kSplitKOneCtaPerSmMinList positions, split two CTAs to an SM: as many splits as fit one CTA per SM, where those hold at most
-// kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its next tile early
-// (SparseMlaPlan::early_issue). H200, lists of 2048 (run 721): T = 16 in 8 splits random /
+// On fast memory (H200; not measured on the H100), 16 heads over a bf16 cache, lists of
+// kSplitKOneCtaPerSmMinList (2048, DSA's; shorter ones are not measured) split two CTAs to an SM: as many splits as fit one CTA
+// per SM, where those hold at most kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its
+// next tile early (SparseMlaPlan::early_issue); run 722 moved T = 9-16 at topk 2048, -0.6 to
+// -10.1 % but +1.5 % on mixed-length runs at T = 11. H200, lists of 2048 (run 721): T = 16 in 8 splits random /
 // sequences 23.7 / 23.9 -> 21.4 / 21.6 us, mixed-length runs 18.1 -> 18.0. Longer splits stay two
 // to an SM: at T = 24-40 (5-3 splits of 13-22 tiles) random lists gained 3-9 %, but mixed
 // lengths lost 7-14 % (their long lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
-inline constexpr int kSplitKOneCtaPerSmMinList = 1024;
+inline constexpr int kSplitKOneCtaPerSmMinList = 2048;
 inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 inline constexpr int kSplitKLongListMaxTilesToRefit = 2;

@@ -1184,9 +1184,10 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // of more than kEarlyIssueMaxTiles tiles two to an SM keep the old order: where each streams
   // its own rows from DRAM (full lists) it lost 1-6.5 % (runs 715-716). The plan says which
   // (SparseMlaPlan::early_issue, params.h split_k_early_issue) and the launcher picks the
-  // instance (kEarlyIssue); a balanced schedule's CTA decides by its own tile count. Row order keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %,
-  // run 711), as do more stages, whose later tiles are in flight already. Tile 1 asked for with
-  // tile 0 in the prologue, ahead of Q's fragments, was slower (-1 to +3.2 %, run 713).
+  // instance (kEarlyIssue); a balanced schedule's CTA decides by its own tile count. Row order
+  // keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %, run 711), as do more stages,
+  // whose later tiles are in flight already. Tile 1 asked for with tile 0 in the prologue, ahead
+  // of Q's fragments, was slower (-1 to +3.2 %, run 713).
   const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&
                            (!kBalanced || kFp8 || head_groups > 1 || ntiles <= kEarlyIssueMaxTiles);
   for (int it = 0; it < ntiles; ++it) {

@@ -1223,7 +1223,7 @@ TEST(Planner, EarlyIssueWhereItPays) {
   EXPECT_FALSE(plan_sparse_mla(32, 16, 2048, kH100, four).early_issue);
 }
 
-// On fast memory, 16-head bf16 lists of > 1024 positions that the split rules put two CTAs to an
+// On fast memory, 16-head bf16 lists of 2048 positions that the split rules put two CTAs to an
 // SM take as many splits as fit one CTA per SM where those hold at most 8 tiles (T = 9-16 for
 // lists of 2048 on 132 SMs), with the early issue; fp8, the H100 and longer splits keep theirs.
 TEST(Planner, OneCtaPerSmForSixteenHeadListsOnFastMemory) {
@@ -1241,7 +1241,8 @@ TEST(Planner, OneCtaPerSmForSixteenHeadListsOnFastMemory) {
   EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH200).splits, 11);
   EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH100).splits, 22);
   EXPECT_EQ(plan_sparse_mla(24, 16, 2048, kH200).splits, 11);  // 5 splits would hold 13 tiles
-  EXPECT_EQ(plan_sparse_mla(16, 16, 1024, kH200).splits, 8);   // lists of 1024 keep theirs
+  EXPECT_EQ(plan_sparse_mla(16, 16, 1024, kH200).splits, 8);   // shorter lists keep theirs
+  EXPECT_EQ(plan_sparse_mla(16, 16, 1500, kH200).splits, 16);
   EXPECT_EQ(plan_sparse_mla(8, 16, 2048, kH200).splits, 16);   // already one CTA per SM
 }
 
