@@ -167,6 +167,21 @@ TEST(Validate, ForwardRefusesASplitSoftmaxWithoutItsKernel) {
   EXPECT_TRUE(refused(plan));
 }
 
+// A hand-edited shared-rows plan with split-K's early issue (SparseMlaPlan::early_issue) is
+// refused by name before any launch.
+TEST(Validate, ForwardRefusesAnEarlyIssueOnSharedRows) {
+  Buffers b;
+  const SparseMlaProblem p = good(b);
+  PlanChoice rows;
+  rows.kernel = PlanChoice::Kernel::shared_rows;
+  SparseMlaPlan plan = plan_sparse_mla(p.num_tokens, p.num_heads, p.topk, DeviceInfo{132, 232448, 9, 0}, rows);
+  ASSERT_FALSE(plan.early_issue);
+  plan.early_issue = true;
+  EXPECT_NE(testing::error_message([&] { sparse_mla_forward(p, plan, b.big.data(), plan.workspace_bytes, nullptr); })
+                .find("early_issue is split_k's"),
+            std::string::npos);
+}
+
 // A hand-edited plan's lead_tokens / lead_splits (SparseMlaPlan::lead_tokens) are refused by name
 // unless it has splits, fewer lead tokens than tokens and lead_splits in [1, 64], in a shared_rows
 // plan without a union pass or a split_k plan not balanced with topk <= kMaxChunk and no empty
