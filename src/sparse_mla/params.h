@@ -164,7 +164,9 @@ inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { retur
 // SM gains from it at any length (H200, 16 heads, lists of 2048 in 2-8 splits at T = 16-64: -5 to
 // -14 % against the old order, run 721); not measured on the H100, which keeps the old order
 // there. Chosen per CTA at run time, the old order's plans ran 1-2 % slower than the old kernel
-// (runs 719-720), so the plan says it and the launcher picks the instance.
+// (runs 719-720), so the plan says it and the launcher picks the instance; a balanced schedule's
+// CTA, whose tiles the plan does not bound, applies the same rule to its own tile count (written
+// out in the kernel: calling this from the device changed two instances' machine code).
 inline constexpr int kEarlyIssueMaxTiles = 6;
 inline bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
   return fp8 || num_heads > kHeadGroup || max_cta_tiles <= kEarlyIssueMaxTiles || one_cta_per_sm;
@@ -316,14 +318,15 @@ inline constexpr int kSplitKTailMinList = 512;
 // 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
 // On fast memory (H200; not measured on the H100), 16 heads over a bf16 cache, lists of
-// kSplitKOneCtaPerSmMinList (2048, DSA's; shorter ones are not measured) split two CTAs to an SM: as many splits as fit one CTA
-// per SM, where those hold at most kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its
-// next tile early (SparseMlaPlan::early_issue); run 722 moved T = 9-16 at topk 2048, -0.6 to
-// -10.1 % but +1.5 % on mixed-length runs at T = 11. H200, lists of 2048 (run 721): T = 16 in 8 splits random /
-// sequences 23.7 / 23.9 -> 21.4 / 21.6 us, mixed-length runs 18.1 -> 18.0. Longer splits stay two
-// to an SM: at T = 24-40 (5-3 splits of 13-22 tiles) random lists gained 3-9 %, but mixed
-// lengths lost 7-14 % (their long lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
-inline constexpr int kSplitKOneCtaPerSmMinList = 2048;
+// kSplitKOneCtaPerSmList positions (DSA's 2048; shorter ones are not measured) split two CTAs to
+// an SM: as many splits as fit one CTA per SM, where those hold at most
+// kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its next tile early
+// (SparseMlaPlan::early_issue). Run 721 (H200): T = 16 in 8 splits random / sequences 23.7 /
+// 23.9 -> 21.4 / 21.6 us, mixed-length runs 18.1 -> 18.0; run 722 moved T = 9-16, -0.6 to -10.1 %
+// but +1.5 % on mixed-length runs at T = 11. Longer splits stay two to an SM: at T = 24-40 (5-3
+// splits of 13-22 tiles) random lists gained 3-9 %, but mixed lengths lost 7-14 % (their long
+// lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
+inline constexpr int kSplitKOneCtaPerSmList = 2048;
 inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 inline constexpr int kSplitKLongListMaxTilesToRefit = 2;

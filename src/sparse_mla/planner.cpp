@@ -613,9 +613,9 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   }
   if (list_tiles <= detail::kSplitKOneTileOnlyMaxTiles && ceil_div(list_tiles, splits) > 1) splits = min_splits;
   // On fast memory, 16-head bf16 lists of 2048: one CTA per SM with the early issue, where its
-  // splits hold at most 8 tiles (params.h kSplitKOneCtaPerSmMinList).
-  if (c.fast_memory && !fp8 && num_heads == kHeadGroup && topk >= detail::kSplitKOneCtaPerSmMinList &&
-      topk <= SparseMlaPlan::kMaxChunk && base_ctas * splits > dev.sm_count) {
+  // splits hold at most 8 tiles (params.h kSplitKOneCtaPerSmList).
+  if (c.fast_memory && !fp8 && num_heads == kHeadGroup && topk == detail::kSplitKOneCtaPerSmList &&
+      base_ctas * splits > dev.sm_count) {
     const int64_t fit = dev.sm_count / base_ctas;
     if (fit > min_splits && ceil_div(list_tiles, fit) <= detail::kSplitKOneCtaPerSmMaxTiles) splits = whole_tile_splits(list_tiles, fit);
   }
