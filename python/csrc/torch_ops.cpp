@@ -143,7 +143,7 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   p.lse_token_stride = stride(lse, 0);
   p.index_sharing = parse_sharing(index_sharing);
   TORCH_CHECK(min_valid_entries >= 0 && min_valid_entries <= p.topk, "dsa.sparse_mla_forward: min_valid_entries must be in [0, topk = ",
-              p.topk, "], got ", min_valid_entries);
+              num(p.topk), "], got ", num(min_valid_entries));
   p.min_valid_entries = static_cast<int>(min_valid_entries);
   TORCH_CHECK(lse.size(1) <= 1 || lse.stride(1) == 1, "dsa.sparse_mla_forward: lse must be contiguous over heads");
   return p;
