@@ -334,6 +334,13 @@ inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
 // 25.0 / 28.0 / 29.15 / 32.1 / 33.4, separate requests (sequences) -3.6 to -15.6 %; 3 splits of
 // 22 tiles (T = 34-44) -3.6 to +1.9 %, not taken. 64-row tiles gained less (-0.1 to -10.8 %).
 inline constexpr int kSplitKOneCtaPerSmMaxTilesFullLists = 16;
+// On fast memory, the same lists that the split rules cut into 7-tile splits two to an SM (10
+// splits: T = 25-26 on 132 SMs) take 8-tile splits (8 splits, some SMs holding one CTA), as T =
+// 27-33 already do. Run 726 (H200, µs): T = 25 / 26 random 33.75 / 34.7 -> 30.0 / 30.75,
+// separate requests (sequences) 34.05 / 35.55 -> 30.25 / 31.0, mixed-length runs 23.15 / 24.65 ->
+// 23.75 / 24.05. The early issue on the 7-tile splits gained only 0.3-3.3 % (run 728). Not
+// measured on the H100.
+inline constexpr int kSplitKNotSevenTiles = 8;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 inline constexpr int kSplitKLongListMaxTilesToRefit = 2;
 // A list of at most this many tiles is split-K split into one-tile splits (while they fit one

@@ -1241,6 +1241,13 @@ TEST(Planner, OneCtaPerSmForSixteenHeadListsOnFastMemory) {
   EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH200).splits, 11);
   EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH100).splits, 22);
   EXPECT_EQ(plan_sparse_mla(24, 16, 2048, kH200).splits, 11);  // 5 splits would hold 13 tiles
+  for (int T : {25, 26}) {  // 8-tile splits, not 10 of 7 (params.h kSplitKNotSevenTiles); the H100 keeps 10
+    EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH200).splits, 8) << T;
+    EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).splits, 10) << T;
+    EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).splits,
+              plan_sparse_mla(T, 16, 2048, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).splits) << T;
+  }
+  EXPECT_EQ(plan_sparse_mla(27, 16, 2048, kH200).splits, 8);
   EXPECT_EQ(plan_sparse_mla(16, 16, 1024, kH200).splits, 8);   // shorter lists keep theirs
   EXPECT_EQ(plan_sparse_mla(16, 16, 1500, kH200).splits, 16);
   EXPECT_EQ(plan_sparse_mla(8, 16, 2048, kH200).splits, 16);   // already one CTA per SM
