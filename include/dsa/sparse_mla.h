@@ -106,6 +106,13 @@ struct SparseMlaProblem {
   float* lse = nullptr;  // fp32 [T, H], base-2 log-sum-exp
   int64_t lse_token_stride = 0;  // packed: H
   IndexSharing index_sharing = IndexSharing::unknown;  // a hint for the planner only
+  // A hint for the planner only: every token's list holds at least this many valid entries, in
+  // [0, topk]; 0 (the default): unknown. An engine knows it from its sequence lengths (a decode
+  // token's indexer names min(context, topk) rows). A hint that does not hold costs time, never
+  // correctness. Used today: on an H200-class device, 16 heads over a bf16 cache with full lists
+  // of 2048 (min_valid_entries = topk = 2048) split one CTA per SM up to T = 33 (132 SMs), where
+  // lists of unknown length keep two CTAs per SM from T = 17 (docs/perf.md, "Full lists").
+  int min_valid_entries = 0;
   // A balanced plan's schedule (SparseMlaPlan::balanced): the buffer make_sparse_mla_schedule
   // wrote for this plan, and its size in bytes (>= plan.schedule_bytes; the forward refuses a
   // smaller one). nullptr and 0 for every other plan.
@@ -300,14 +307,15 @@ struct PlanChoice {
   int split_softmax = 0;  // -1: off (bf16 only); 1: on (32- or 64-row tiles); either forces split_k
 };
 
-// Pure function of shape, device, sharing hint and cache format (validated; an fp8_ds_mla cache
+// Pure function of shape, device, hints and cache format (validated; an fp8_ds_mla cache
 // has its own kernel thresholds, see SparseMlaKernel, and wider split_k tiles on long splits):
 // what tests call without a GPU. Throws dsa::Error for an unsupported shape or device, or a
 // choice that cannot run (naming it).
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev,
                               const PlanChoice& choice = {}, IndexSharing sharing = IndexSharing::unknown,
-                              KvCacheFormat kv_format = KvCacheFormat::bf16);
-// Validates the problem and plans it (with its index_sharing) for the current CUDA device.
+                              KvCacheFormat kv_format = KvCacheFormat::bf16, int min_valid_entries = 0);
+// Validates the problem and plans it (with its index_sharing and min_valid_entries) for the
+// current CUDA device.
 SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem);
 
 // Throws dsa::Error naming the first bad argument (null pointer, alignment below 16 bytes,

@@ -82,7 +82,7 @@ const int32_t* list_lengths(const c10::optional<at::Tensor>& lengths, int64_t T,
 dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
                                    const c10::optional<at::Tensor>& kpe_opt, const at::Tensor& idx, double sm_scale,
                                    const at::Tensor& out, const at::Tensor& lse, c10::string_view index_sharing,
-                                   const c10::optional<at::Tensor>& lengths) {
+                                   const c10::optional<at::Tensor>& lengths, int64_t min_valid_entries) {
   const at::Device dev = q_nope.device();
   check_input(q_nope, "q_nope", at::kBFloat16, 3, dev);
   check_input(q_pe, "q_pe", at::kBFloat16, 3, dev);
@@ -142,6 +142,9 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   p.lse = lse.data_ptr<float>();
   p.lse_token_stride = stride(lse, 0);
   p.index_sharing = parse_sharing(index_sharing);
+  TORCH_CHECK(min_valid_entries >= 0 && min_valid_entries <= p.topk, "dsa.sparse_mla_forward: min_valid_entries must be in [0, topk = ",
+              num(p.topk), "], got ", num(min_valid_entries));
+  p.min_valid_entries = static_cast<int>(min_valid_entries);
   TORCH_CHECK(lse.size(1) <= 1 || lse.stride(1) == 1, "dsa.sparse_mla_forward: lse must be contiguous over heads");
   return p;
 }
@@ -184,8 +187,9 @@ at::Tensor schedule(const at::Tensor& idx, const at::Tensor& ckv, int64_t num_he
 
 void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv, const c10::optional<at::Tensor>& kpe,
                  const at::Tensor& idx, double sm_scale, at::Tensor& out, at::Tensor& lse, c10::string_view index_sharing,
-                 const c10::optional<at::Tensor>& sched, const c10::optional<at::Tensor>& lengths) {
-  dsa::SparseMlaProblem p = make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, lengths);  // checks first
+                 const c10::optional<at::Tensor>& sched, const c10::optional<at::Tensor>& lengths, int64_t min_valid_entries) {
+  dsa::SparseMlaProblem p =
+      make_problem(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, lengths, min_valid_entries);  // checks first
   if (sched.has_value()) {
     check_input(*sched, "schedule", at::kByte, 1, q_nope.device());
     p.schedule = sched->data_ptr();
@@ -209,25 +213,25 @@ void forward_out(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Ten
 std::tuple<at::Tensor, at::Tensor> forward(const at::Tensor& q_nope, const at::Tensor& q_pe, const at::Tensor& ckv,
                                            const c10::optional<at::Tensor>& kpe, const at::Tensor& idx, double sm_scale,
                                            c10::string_view index_sharing, const c10::optional<at::Tensor>& sched,
-                                           const c10::optional<at::Tensor>& lengths) {
+                                           const c10::optional<at::Tensor>& lengths, int64_t min_valid_entries) {
   TORCH_CHECK(q_nope.dim() == 3, "dsa.sparse_mla_forward: q_nope must be [T, H, 512], got ", shape(q_nope.sizes()));
   at::Tensor out = at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16));
   at::Tensor lse = at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat));
-  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, sched, lengths);
+  forward_out(q_nope, q_pe, ckv, kpe, idx, sm_scale, out, lse, index_sharing, sched, lengths, min_valid_entries);
   return {out, lse};
 }
 
 // Shapes only, for tracing (torch.compile, fake tensors).
 std::tuple<at::Tensor, at::Tensor> forward_meta(const at::Tensor& q_nope, const at::Tensor&, const at::Tensor&,
                                                 const c10::optional<at::Tensor>&, const at::Tensor&, double, c10::string_view,
-                                                const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&) {
+                                                const c10::optional<at::Tensor>&, const c10::optional<at::Tensor>&, int64_t) {
   return {at::empty({q_nope.size(0), q_nope.size(1), dsa::kCkvDim}, q_nope.options().dtype(at::kBFloat16)),
           at::empty({q_nope.size(0), q_nope.size(1)}, q_nope.options().dtype(at::kFloat))};
 }
 
 void forward_out_meta(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&,
                       double, at::Tensor&, at::Tensor&, c10::string_view, const c10::optional<at::Tensor>&,
-                      const c10::optional<at::Tensor>&) {}
+                      const c10::optional<at::Tensor>&, int64_t) {}
 
 // The schedule's size needs the plan, so the device's SM count: the tracing device's (the CUDA
 // device the indices will be on; 0 when traced on the meta device).
@@ -244,11 +248,13 @@ TORCH_LIBRARY(dsa, m) {
   // schedule: a balanced plan's (dsa::SparseMlaPlan::balanced), from sparse_mla_schedule.
   // kpe_cache: None with an fp8_ds_mla ckv_cache (uint8 / float8_e4m3fn rows of 656 bytes).
   // topk_length: int32 [T] or None, each token's list length (dsa::SparseMlaProblem::topk_lengths).
+  // min_valid_entries: the planner's hint (dsa::SparseMlaProblem::min_valid_entries), 0: unknown.
   m.def("sparse_mla_forward(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor? kpe_cache, Tensor sparse_indices, "
-        "float sm_scale, str index_sharing=\"unknown\", Tensor? schedule=None, Tensor? topk_length=None) -> (Tensor, Tensor)");
+        "float sm_scale, str index_sharing=\"unknown\", Tensor? schedule=None, Tensor? topk_length=None, "
+        "int min_valid_entries=0) -> (Tensor, Tensor)");
   m.def("sparse_mla_forward_out(Tensor q_nope, Tensor q_pe, Tensor ckv_cache, Tensor? kpe_cache, "
         "Tensor sparse_indices, float sm_scale, Tensor(a!) out, Tensor(b!) lse, str index_sharing=\"unknown\", "
-        "Tensor? schedule=None, Tensor? topk_length=None) -> ()");
+        "Tensor? schedule=None, Tensor? topk_length=None, int min_valid_entries=0) -> ()");
   m.def("sparse_mla_schedule(Tensor sparse_indices, Tensor ckv_cache, int num_heads, Tensor? topk_length=None) -> Tensor");
 }
 

@@ -1,10 +1,11 @@
 """dsa: sparse MLA attention (DeepSeek Sparse Attention) for Hopper, as PyTorch ops.
 
 torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale,
-                                 index_sharing="unknown", schedule=None, topk_length=None)
+                                 index_sharing="unknown", schedule=None, topk_length=None,
+                                 min_valid_entries=0)
     -> (out, lse)                      functional; what torch.compile and CUDA graphs see
 torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unknown", schedule=None,
-                                     topk_length=None) -> ()
+                                     topk_length=None, min_valid_entries=0) -> ()
                                        writes caller buffers
 torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, num_heads, topk_length=None) -> schedule (uint8)
                                        a balanced forward's schedule, once per decode step
@@ -23,6 +24,11 @@ share most of their rows; at 16 heads -12 to -34 % against "unknown" on an H100,
 "MTP decode batches"), "none" for a decode batch of one token per request (no row listed twice),
 "unknown" (the default) when the call may be either. It matters at 16 heads, and at 32 with
 topk < 1024, only.
+min_valid_entries (0: unknown) is a second hint: every token's list holds at least this many valid
+entries, in [0, topk]. An engine knows it from its sequence lengths (a decode token's list holds
+min(context, topk) rows). With full lists of 2048 (min_valid_entries = topk) 16 heads over a bf16
+cache on an H200 take one CTA per SM up to T = 33 (-4 to -16 %, docs/perf.md "Full lists"). A
+hint that does not hold costs time, never correctness.
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths
@@ -43,22 +49,23 @@ def sparse_mla_schedule(sparse_indices, ckv_cache, num_heads, *, topk_length=Non
 
 
 def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale, *, out=None, lse=None,
-                       index_sharing="unknown", schedule=None, topk_length=None):
+                       index_sharing="unknown", schedule=None, topk_length=None, min_valid_entries=0):
     """Sparse MLA forward on the current CUDA stream. Returns (out, lse); with out=/lse= given,
     writes into them (and returns them), allocating whichever is missing. index_sharing:
     "unknown", "consecutive" (prefill, MTP decode) or "none" (decode, one token per request), the planner's
     hint. schedule: from sparse_mla_schedule, for the balanced plan. topk_length: int32 [T], each
-    token's list length."""
+    token's list length. min_valid_entries: every token's list holds at least this many valid
+    entries (0: unknown), the planner's second hint."""
     if out is None and lse is None:
         return torch.ops.dsa.sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale),
-                                                index_sharing, schedule, topk_length)
+                                                index_sharing, schedule, topk_length, int(min_valid_entries))
     T, H = q_nope.shape[0], q_nope.shape[1]
     if out is None:
         out = torch.empty((T, H, 512), dtype=torch.bfloat16, device=q_nope.device)
     if lse is None:
         lse = torch.empty((T, H), dtype=torch.float32, device=q_nope.device)
     torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse,
-                                         index_sharing, schedule, topk_length)
+                                         index_sharing, schedule, topk_length, int(min_valid_entries))
     return out, lse
 
 

@@ -73,6 +73,12 @@ inline void validate_format(KvCacheFormat format) {
     fail("kv_format", "must be bf16 or fp8_ds_mla, got " + std::to_string(static_cast<int>(format)));
 }
 
+// SparseMlaProblem::min_valid_entries: a list cannot hold more valid entries than its topk.
+inline void validate_min_valid_entries(int min_valid_entries, int topk) {
+  if (min_valid_entries < 0 || min_valid_entries > topk)
+    fail("min_valid_entries", "must be in [0, topk = " + std::to_string(topk) + "], got " + std::to_string(min_valid_entries));
+}
+
 inline void validate_sharing(IndexSharing sharing) {
   if (sharing != IndexSharing::unknown && sharing != IndexSharing::consecutive && sharing != IndexSharing::none)
     fail("index_sharing", "must be unknown, consecutive or none, got " + std::to_string(static_cast<int>(sharing)));

@@ -323,11 +323,24 @@ inline constexpr int kSplitKFitOneCtaMaxList = 512;
 // kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its next tile early
 // (SparseMlaPlan::early_issue). Run 721 (H200): T = 16 in 8 splits random / sequences 23.7 /
 // 23.9 -> 21.4 / 21.6 us, mixed-length runs 18.1 -> 18.0; run 722 moved T = 9-16, -0.6 to -10.1 %
-// but +1.5 % on mixed-length runs at T = 11. Longer splits stay two to an SM: at T = 24-40 (5-3
-// splits of 13-22 tiles) random lists gained 3-9 %, but mixed lengths lost 7-14 % (their long
-// lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
+// but +1.5 % on mixed-length runs at T = 11. Longer splits stay two to an SM unless every list is
+// full (below): at T = 24-40 (5-3 splits of 13-22 tiles) random lists gained 3-9 %, but mixed
+// lengths lost 7-14 % (their long lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
 inline constexpr int kSplitKOneCtaPerSmList = 2048;
 inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
+// The same where the caller says every list is full (SparseMlaProblem::min_valid_entries = topk):
+// splits of up to 16 tiles, T = 17-33 on 132 SMs. Run 724 (H200, planner -> one CTA per SM, µs):
+// random T = 17 / 20 / 24 / 26 / 30 / 33 24.4 / 27.05 / 30.5 / 34.75 / 34.15 / 35.9 -> 23.25 /
+// 25.0 / 28.0 / 29.15 / 32.1 / 33.4, separate requests (sequences) -3.6 to -15.6 %; 3 splits of
+// 22 tiles (T = 34-44) -3.6 to +1.9 %, not taken. 64-row tiles gained less (-0.1 to -10.8 %).
+inline constexpr int kSplitKOneCtaPerSmMaxTilesFullLists = 16;
+// On fast memory, the same lists that the split rules cut into 7-tile splits two to an SM (10
+// splits: T = 25-26 on 132 SMs) take 8-tile splits (8 splits, some SMs holding one CTA), as T =
+// 27-33 already do. Run 726 (H200, µs): T = 25 / 26 random 33.75 / 34.7 -> 30.0 / 30.75,
+// separate requests (sequences) 34.05 / 35.55 -> 30.25 / 31.0, mixed-length runs 23.15 / 24.65 ->
+// 23.75 / 24.05. The early issue on the 7-tile splits gained only 0.3-3.3 % (run 728). Not
+// measured on the H100.
+inline constexpr int kSplitKNotSevenTiles = 8;
 inline constexpr int kSplitKMinTilesPastOneCtaPerSm = 4;
 inline constexpr int kSplitKLongListMaxTilesToRefit = 2;
 // A list of at most this many tiles is split-K split into one-tile splits (while they fit one

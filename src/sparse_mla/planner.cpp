@@ -22,6 +22,7 @@ using detail::shared_rows_workspace_for;
 using detail::splitk_chunk;
 using detail::splitk_lead_chunk;
 using detail::validate_format;
+using detail::validate_min_valid_entries;
 using detail::validate_shape;
 using detail::validate_sharing;
 using detail::workspace_for;
@@ -208,6 +209,7 @@ struct PlannerContext {
   int num_tokens, num_heads, topk;
   const DeviceInfo& dev;
   IndexSharing sharing;
+  bool full_lists;               // SparseMlaProblem::min_valid_entries >= topk: every list is full
   bool fp8;
   int64_t split_k_slots;         // split-K's CTAs per wave: two per SM
   int shared_rows_tiles;         // union tiles of a full list
@@ -613,11 +615,17 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   }
   if (list_tiles <= detail::kSplitKOneTileOnlyMaxTiles && ceil_div(list_tiles, splits) > 1) splits = min_splits;
   // On fast memory, 16-head bf16 lists of 2048: one CTA per SM with the early issue, where its
-  // splits hold at most 8 tiles (params.h kSplitKOneCtaPerSmList).
+  // splits hold at most 8 tiles, or 16 where the caller says every list is full (params.h
+  // kSplitKOneCtaPerSmList, kSplitKOneCtaPerSmMaxTilesFullLists); two to an SM, 8-tile splits
+  // rather than 7 (kSplitKNotSevenTiles).
   if (c.fast_memory && !fp8 && num_heads == kHeadGroup && topk == detail::kSplitKOneCtaPerSmList &&
       base_ctas * splits > dev.sm_count) {
     const int64_t fit = dev.sm_count / base_ctas;
-    if (fit > min_splits && ceil_div(list_tiles, fit) <= detail::kSplitKOneCtaPerSmMaxTiles) splits = whole_tile_splits(list_tiles, fit);
+    const int64_t max_tiles = c.full_lists ? detail::kSplitKOneCtaPerSmMaxTilesFullLists : detail::kSplitKOneCtaPerSmMaxTiles;
+    if (fit > min_splits && ceil_div(list_tiles, fit) <= max_tiles) splits = whole_tile_splits(list_tiles, fit);
+    // Still two to an SM: no 7-tile splits (params.h kSplitKNotSevenTiles).
+    if (base_ctas * splits > dev.sm_count && ceil_div(list_tiles, splits) == detail::kSplitKNotSevenTiles - 1)
+      splits = whole_tile_splits(list_tiles, list_tiles / detail::kSplitKNotSevenTiles);
   }
   // Whole tiles per split, and no empty trailing split.
   plan.chunk = splitk_chunk(topk, splits, plan.block_keys);
@@ -743,8 +751,9 @@ void add_share_probe(SparseMlaPlan& shared, const SparseMlaPlan& split_k, const 
 }  // namespace
 
 SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const DeviceInfo& dev, const PlanChoice& choice,
-                              IndexSharing sharing, KvCacheFormat kv_format) {
+                              IndexSharing sharing, KvCacheFormat kv_format, int min_valid_entries) {
   validate_shape(num_tokens, num_heads, topk);
+  validate_min_valid_entries(min_valid_entries, topk);
   check_balanced_choice(choice);
   validate_sharing(sharing);
   validate_format(kv_format);
@@ -765,7 +774,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = split_k_lead_min_tail_splits = std::atoi(e);  // what-if builds only
 #endif
-  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, fp8, 2 * int64_t{dev.sm_count},
+  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, min_valid_entries >= topk, fp8, 2 * int64_t{dev.sm_count},
                          static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, fast_memory),
                          lead_min_tail_splits, split_k_lead_min_tail_splits, eighths, fast_memory};
   const SharedRowsPick pick = pick_shared_rows(c);

@@ -32,6 +32,7 @@ using detail::shared_rows_workspace_for;
 using detail::splitk_lead_chunk;
 using detail::validate_format;
 using detail::validate_index_shape;
+using detail::validate_min_valid_entries;
 using detail::validate_shape;
 using detail::validate_sharing;
 using detail::workspace_for;
@@ -161,6 +162,7 @@ static void validate_indices(const SparseMlaProblem& p) {
 void validate(const SparseMlaProblem& p) {
   validate_indices(p);
   validate_sharing(p.index_sharing);
+  validate_min_valid_entries(p.min_valid_entries, p.topk);
   if (!std::isfinite(p.sm_scale)) fail("sm_scale", "must be finite");
   require_pointer(p.q_nope, "q_nope", 16);
   require_pointer(p.q_pe, "q_pe", 16);
@@ -286,7 +288,8 @@ SparseMlaPlan plan_sparse_mla(const SparseMlaProblem& problem) {
   // Outside the shared-rows kernel's cache limits the planner keeps split-K.
   PlanChoice choice;
   if (!shared_rows_cache_limit(problem).empty()) choice.kernel = PlanChoice::Kernel::split_k;
-  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice, problem.index_sharing, problem.kv_format);
+  return plan_sparse_mla(problem.num_tokens, problem.num_heads, problem.topk, dev, choice, problem.index_sharing, problem.kv_format,
+                         problem.min_valid_entries);
 }
 
 // A balanced plan as plan_balanced makes them (a plan is a plain struct: the caller may have edited it).

@@ -1241,9 +1241,46 @@ TEST(Planner, OneCtaPerSmForSixteenHeadListsOnFastMemory) {
   EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH200).splits, 11);
   EXPECT_EQ(plan_sparse_mla(12, 16, 2048, kH100).splits, 22);
   EXPECT_EQ(plan_sparse_mla(24, 16, 2048, kH200).splits, 11);  // 5 splits would hold 13 tiles
+  for (int T : {25, 26}) {  // 8-tile splits, not 10 of 7 (params.h kSplitKNotSevenTiles); the H100 keeps 10
+    EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH200).splits, 8) << T;
+    EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH100).splits, 10) << T;
+    EXPECT_EQ(plan_sparse_mla(T, 16, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).splits,
+              plan_sparse_mla(T, 16, 2048, kH100, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).splits) << T;
+  }
+  EXPECT_EQ(plan_sparse_mla(27, 16, 2048, kH200).splits, 8);
   EXPECT_EQ(plan_sparse_mla(16, 16, 1024, kH200).splits, 8);   // shorter lists keep theirs
   EXPECT_EQ(plan_sparse_mla(16, 16, 1500, kH200).splits, 16);
   EXPECT_EQ(plan_sparse_mla(8, 16, 2048, kH200).splits, 16);   // already one CTA per SM
+}
+
+// SparseMlaProblem::min_valid_entries = topk (every list full) lets 16-head bf16 lists of 2048
+// on fast memory take one CTA per SM in splits of up to 16 tiles: T = 17-33 on 132 SMs. Any
+// smaller hint, the H100, fp8 and 32 heads plan as without it; T = 34 (3 splits of 22 tiles)
+// keeps two CTAs per SM.
+TEST(Planner, FullListsHintTakesOneCtaPerSmToSixteenTiles) {
+  const auto plan = [](int T, const DeviceInfo& dev, int min_valid, KvCacheFormat f = KvCacheFormat::bf16, int H = 16) {
+    return plan_sparse_mla(T, H, 2048, dev, {}, IndexSharing::unknown, f, min_valid);
+  };
+  for (int T = 17; T <= 33; ++T) {
+    const SparseMlaPlan p = plan(T, kH200, 2048);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_LE(p.ctas, 132) << T;
+    EXPECT_GT(p.ctas, 132 * 3 / 4) << T;
+    EXPECT_LE(p.chunk, 16 * 32) << T;
+    EXPECT_TRUE(p.early_issue) << T;
+    const SparseMlaPlan unhinted = plan(T, kH200, 0);
+    EXPECT_GT(unhinted.ctas, 132) << T;
+    EXPECT_EQ(plan(T, kH200, 2047).splits, unhinted.splits) << T;  // not every list full
+    EXPECT_EQ(plan(T, kH100, 2048).splits, plan(T, kH100, 0).splits) << T;
+    EXPECT_EQ(plan(T, kH200, 2048, KvCacheFormat::fp8_ds_mla).splits, plan(T, kH200, 0, KvCacheFormat::fp8_ds_mla).splits) << T;
+    EXPECT_EQ(plan(T, kH200, 2048, KvCacheFormat::bf16, 32).splits, plan(T, kH200, 0, KvCacheFormat::bf16, 32).splits) << T;
+  }
+  EXPECT_EQ(plan(24, kH200, 2048).splits, 5);
+  EXPECT_EQ(plan(33, kH200, 2048).splits, 4);
+  for (int T : {9, 16, 34, 40, 64, 256}) EXPECT_EQ(plan(T, kH200, 2048).splits, plan(T, kH200, 0).splits) << T;
+  // The hint is checked like an argument: a list cannot hold more valid entries than topk.
+  EXPECT_THROW(plan(24, kH200, 2049), Error);
+  EXPECT_THROW(plan(24, kH200, -1), Error);
 }
 
 // Lists of at most 32 positions (a caller's topk = L for short contexts) run as one split per

@@ -65,6 +65,21 @@ TEST(Validate, IndexSharingMustBeOneOfTheHints) {
   expect_error_naming(p, "index_sharing");
 }
 
+// min_valid_entries is a hint, but one no list can satisfy (past topk) or a negative count is
+// refused by name.
+TEST(Validate, MinValidEntriesMustLieInZeroToTopk) {
+  Buffers b;
+  SparseMlaProblem p = good(b);
+  for (int n : {0, 1, 63, 64}) {
+    p.min_valid_entries = n;
+    EXPECT_NO_THROW(validate(p)) << n;
+  }
+  for (int n : {-1, 65}) {
+    p.min_valid_entries = n;
+    expect_error_naming(p, "min_valid_entries");
+  }
+}
+
 // A forced shared-rows plan on a cache too large for its entry words (row << 4 | tokens) is
 // refused before anything is launched, naming the limit and the kernel to use instead.
 TEST(Validate, SharedRowsRefusesCachesOf2To28Rows) {

@@ -387,6 +387,26 @@ TEST_F(Gpu, ConsecutiveHintSplitsGroupsOfMtpBatches) {
   }
 }
 
+// The min_valid_entries hint (every list full) at 16 heads: on fast memory T = 24 / 33 take one
+// CTA per SM (5 / 4 splits of 13 / 16 tiles, early issue), the H200's plan on either card. The
+// runs and -1-in-the-middle lists are shorter than the hint says, which is allowed (a hint costs
+// time, never correctness). Every plan agrees with the reference.
+TEST_F(Gpu, FullListsHintAgreesEvenWhereItDoesNotHold) {
+  DeviceInfo fast = DeviceInfo::from_device(0);
+  fast.memory_bandwidth_gbs = static_cast<int>(detail::kH100BandwidthGbs * 2);  // the fast-memory plans on either card
+  for (auto [T, splits] : {std::pair{24, 5}, std::pair{33, 4}})
+    for (IndexPattern pattern : {IndexPattern::random, IndexPattern::runs, IndexPattern::padding_middle}) {
+      const HostProblem hp = make_problem(T, 16, 2048, 64, 400, pattern, seed_of(T, int(pattern), 2048, 5));
+      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, fast, {}, IndexSharing::unknown, KvCacheFormat::bf16, 2048);
+      if (fast.sm_count == 132) {  // H100, H200
+        EXPECT_EQ(plan.splits, splits) << T;
+        EXPECT_TRUE(plan.early_issue) << T;
+      }
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "T " << T << ", pattern " << workload::to_string(pattern) << ": " << a.summary();
+    }
+}
+
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
 // 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 one

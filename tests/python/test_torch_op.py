@@ -225,6 +225,20 @@ def test_bad_index_sharing_is_a_clear_error():
         dsa.sparse_mla_forward(*args, SM_SCALE, index_sharing="prefill")
 
 
+@pytest.mark.parametrize("pattern", ["random", "run"])
+def test_min_valid_entries_hint_even_when_it_does_not_hold(pattern):
+    # T = 24 at 16 heads: on an H200 full lists take one CTA per SM; "run" lists are shorter than
+    # the hint says, which may cost time but never correctness.
+    args = make_inputs(T=24, topk=2048, num_pages=64, pattern=pattern, seed=53)
+    check(dsa.sparse_mla_forward(*args, SM_SCALE, min_valid_entries=2048), reference(*args, SM_SCALE))
+
+
+def test_bad_min_valid_entries_is_a_clear_error():
+    args = make_inputs(T=2, seed=54)
+    with pytest.raises(RuntimeError, match=r"min_valid_entries must be in \[0, topk = 2048\]"):
+        dsa.sparse_mla_forward(*args, SM_SCALE, min_valid_entries=2049)
+
+
 def test_balanced_schedule_matches_the_reference_even_when_stale():
     # Mixed lengths (page-aligned runs of 1-2048 rows) at T = 70: the balanced plan's regime.
     args = make_inputs(T=70, H=16, pattern="run", num_pages=64, seed=61)

@@ -95,6 +95,7 @@ struct FuzzCase {
   bool lengths = false;               // topk_lengths, stale rows past each length
   bool schedule_from_other = false;   // a balanced plan's schedule from other indices of the shape
   IndexSharing sharing = IndexSharing::unknown;
+  int min_valid = 0;                  // SparseMlaProblem::min_valid_entries (may not hold: a hint)
   float sm_scale = 0.1f, q_scale = 1.f;
   PlanChoice choice;
   std::string choice_text;  // the fields set, "planner" if none
@@ -105,11 +106,11 @@ struct FuzzCase {
     char buf[512];
     std::snprintf(buf, sizeof buf,
                   "case %d: T=%d H=%d topk=%d page=%d pages=%d (%lld rows) pattern=%s kv=%s%s q=%s out=%s lse+%d "
-                  "indices+%d%s sharing=%s sm_scale=%.4g q_scale=%g choice{%s}",
+                  "indices+%d%s sharing=%s min_valid=%d sm_scale=%.4g q_scale=%g choice{%s}",
                   number, T, H, topk, page_size, num_pages, static_cast<long long>(rows()), workload::to_string(spec.pattern),
                   fp8 ? "fp8" : "bf16", wide_rows ? (fp8 ? "(672-byte rows)" : "(ckv|kpe rows)") : "", to_string(q_layout),
-                  to_string(out_layout), lse_pad, index_pad, lengths ? " topk_lengths" : "", sharing_names[int(sharing)], sm_scale,
-                  q_scale, choice_text.c_str());
+                  to_string(out_layout), lse_pad, index_pad, lengths ? " topk_lengths" : "", sharing_names[int(sharing)], min_valid,
+                  sm_scale, q_scale, choice_text.c_str());
     return buf;
   }
 };
@@ -197,6 +198,11 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
       c.choice_text = "planner (share probe)";
     }
   }
+  // A quarter of the cases pass the min_valid_entries hint: topk (full lists, which the drawn
+  // pattern may not have) or a smaller count. Drawn from the case number, not the shared stream,
+  // so every other draw of every case is what it was before the hint existed.
+  Rng hint_rng(0x9e3779b97f4a7c15ull * uint64_t(number + 1));
+  if (hint_rng.uniform() < 0.25) c.min_valid = hint_rng.uniform() < 0.6 ? c.topk : 1 + int(hint_rng.below(uint64_t(c.topk)));
   return c;
 }
 
@@ -204,7 +210,7 @@ FuzzCase draw_case(Rng& rng, int number, const FuzzOptions& o) {
 SparseMlaPlan plan_case(const FuzzCase& c, const DeviceInfo& dev, bool& refused, std::map<std::string, int>& refusals) {
   const KvCacheFormat format = c.fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16;
   return plan_with_choice(
-      [&](bool with_choice) { return plan_sparse_mla(c.T, c.H, c.topk, dev, with_choice ? c.choice : PlanChoice{}, c.sharing, format); },
+      [&](bool with_choice) { return plan_sparse_mla(c.T, c.H, c.topk, dev, with_choice ? c.choice : PlanChoice{}, c.sharing, format, c.min_valid); },
       refused, refusals);
 }
 
@@ -269,6 +275,7 @@ FuzzOutcome run_case(const FuzzCase& c, const FuzzCache& cache, Rng& rng, std::m
   p.lse = static_cast<float*>(d_lse.get());
   p.lse_token_stride = c.lse_pad > 0 ? lse_stride : 0;
   p.index_sharing = c.sharing;
+  p.min_valid_entries = c.min_valid;
   validate(p);  // a case the fuzzer draws is valid; an error here is the fuzzer's own bug
 
   const SparseMlaPlan plan = plan_case(c, DeviceInfo::from_device(0), res.refused_choice, refusals);

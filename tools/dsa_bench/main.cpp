@@ -61,6 +61,9 @@ struct Options : TimingOptions {
   // passes topk = that length with the lists' full row stride: "off" (all topk), a number, or
   // "auto" (each case's own: its last valid entry's position + 1, the most over its tokens).
   std::string list_length = "off";
+  // SparseMlaProblem::min_valid_entries, the planner's hint: "off" (0), a number, or "auto" (each
+  // case's own: its fewest valid entries over its tokens).
+  std::string min_valid = "off";
   // Plan overrides (sweeps).
   int block_keys = 0, splits = 0, fused_rows = 0;
   std::string row_order = "auto";
@@ -133,6 +136,7 @@ const char* const kStageNames[] = {"load", "scores", "softmax", "full"};
 struct Result {
   BenchCase c;
   int64_t entries = 0;  // valid (t, k) entries: rows gathered
+  int min_valid_entries = 0;  // the hint the calls passed (--min-valid)
   SparseMlaPlan plan;
   Agreement vs_gpu_ref, vs_cpu_ref;
   bool cpu_checked = false, ok = false;
@@ -455,6 +459,13 @@ void check_floor_rows(const Cache& cache, const std::vector<int32_t>& indices, c
       }
 }
 
+// --min-valid: the hint a case's calls pass (0: none). A number is passed as given, clamped to
+// the call's topk (a hint that does not hold is allowed: it costs time, never correctness).
+int resolve_min_valid(const Options& o, int topk, int fewest_valid) {
+  if (o.min_valid == "off") return 0;
+  return std::min(o.min_valid == "auto" ? fewest_valid : std::stoi(o.min_valid), topk);
+}
+
 // --list-length: the positions [0, L) of each list a call reads (the lists keep their topk
 // stride), from the option and the case's last valid position over its tokens (-1: none). A
 // number is refused where a valid entry sits further on: the time would be of less work.
@@ -473,6 +484,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   const int T = c.indices.num_tokens, H = c.num_heads, topk = c.indices.topk;
   const auto indices = case_indices(c, o.seed);
   int most_valid = 0;  // a token's valid rows, at most (the per-token floor's candidates)
+  int fewest_valid = topk;  // and at least (--min-valid auto)
   int last_valid = -1;  // the last valid entry's position, over the tokens
   std::vector<int32_t> token_lengths(static_cast<size_t>(T));  // each token's last valid position + 1
   for (int t = 0; t < T; ++t) {
@@ -485,9 +497,13 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     last_valid = std::max(last_valid, token_lengths[size_t(t)] - 1);
     res.entries += valid;
     most_valid = std::max(most_valid, valid);
+    fewest_valid = std::min(fewest_valid, valid);
   }
   const int list_length = resolve_list_length(o, c.name, topk, last_valid);
   if (list_length < topk) res.c.name += "/L" + std::to_string(list_length);
+  const int min_valid = resolve_min_valid(o, list_length, fewest_valid);
+  if (min_valid > 0) res.c.name += "/V" + std::to_string(min_valid);
+  res.min_valid_entries = min_valid;
   const bool per_token_lengths = o.list_length == "tokens";
   if (per_token_lengths) res.c.name += "/Lt";
   const auto q_nope = workload::random_bf16(size_t(T) * H * kCkvDim, 1.0, o.seed + 11);
@@ -511,9 +527,10 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   p.topk_lengths = per_token_lengths ? static_cast<const int32_t*>(d_lengths.get()) : nullptr;
   p.out = d_out.get(); p.lse = static_cast<float*>(d_lse.get());
   p.index_sharing = index_sharing(o, c);
+  p.min_valid_entries = min_valid;
   validate(p);
   PlanChoice choice = plan_choice(o);
-  res.plan = plan_sparse_mla(T, H, list_length, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format);
+  res.plan = plan_sparse_mla(T, H, list_length, DeviceInfo::from_device(0), choice, p.index_sharing, p.kv_format, min_valid);
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
@@ -844,6 +861,7 @@ nlohmann::json to_json(const Result& r) {
                    {"num_heads", r.c.num_heads},
                    {"topk", r.c.indices.topk},
                    {"list_length", r.plan.topk},  // the positions the call read (--list-length)
+                   {"min_valid_entries", r.min_valid_entries},  // the planner's hint (--min-valid)
                    {"page_size", r.c.indices.page_size},
                    {"num_pages", r.c.indices.num_pages},
                    {"pattern", workload::to_string(r.c.indices.pattern)},
@@ -1117,7 +1135,10 @@ int run_inspect(const Options& o, int tokens_shown) {
     std::printf("\n");
     const int list_length = resolve_list_length(o, c.name, s.topk, sum.list_length - 1);
     if (list_length < s.topk) std::printf("--list-length %s: planned as topk %d\n", o.list_length.c_str(), list_length);
-    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o, c));
+    const int min_valid = resolve_min_valid(o, list_length, sum.min_valid);
+    if (min_valid > 0) std::printf("--min-valid %s: planned with min_valid_entries %d\n", o.min_valid.c_str(), min_valid);
+    const SparseMlaPlan plan = plan_sparse_mla(s.num_tokens, c.num_heads, list_length, dev, {}, index_sharing(o, c),
+                                               KvCacheFormat::bf16, min_valid);
     if (plan.kernel == SparseMlaKernel::shared_rows) {
       // The passes before the main kernel: see SparseMlaPlan::union_pass.
       const char* passes = !plan.union_pass ? "" : plan.splits > 1 ? "a union pass, then " : "a union pass, an order pass, then ";
@@ -1239,6 +1260,12 @@ int main(int argc, char** argv) {
       "token's own length passed (topk_lengths: its last valid entry's position + 1)";
   const auto list_length_values = CLI::IsMember({"off", "auto", "tokens"}) | CLI::Range(1, 1 << 20);
   app.add_option("--list-length", o.list_length, list_length_help)->check(list_length_values);
+  const char* min_valid_help =
+      "off, N or auto: the planner's hint SparseMlaProblem::min_valid_entries (every token's list holds at least N "
+      "valid entries; clamped to topk); auto: each case's own (its fewest valid entries over its tokens); the case's "
+      "name gains /VN";
+  const auto min_valid_values = CLI::IsMember({"off", "auto"}) | CLI::Range(1, 1 << 20);
+  app.add_option("--min-valid", o.min_valid, min_valid_help)->check(min_valid_values);
   app.add_option("--block-keys", o.block_keys, "override the plan's tile size")->check(CLI::IsMember({16, 32, 64}));
   app.add_option("--splits", o.splits, "override the plan's splits per token")->check(CLI::Range(1, 4096));
   app.add_option("--fused-rows", o.fused_rows, "override the plan's fused-rows threshold (-1: off)")
@@ -1291,6 +1318,7 @@ int main(int argc, char** argv) {
   inspect->add_option("--sharing", o.sharing, "the planner's hint the plan lines use: auto, unknown, consecutive, none")
       ->check(CLI::IsMember(dsa::bench::kSharingNames));
   inspect->add_option("--list-length", o.list_length, list_length_help)->check(list_length_values);
+  inspect->add_option("--min-valid", o.min_valid, min_valid_help)->check(min_valid_values);
   dsa::bench::DenseOptions dense_o;
   CLI::App* dense = app.add_subcommand("dense", "verify and time the dense attention forward");
   dense->add_option("--suite", dense_o.suite, "built-in suite: targets, smoke")
