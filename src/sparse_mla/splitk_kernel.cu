@@ -214,6 +214,11 @@
 //                2048 at T = 9-16 one CTA per SM (run 722, H200, us): T = 16 random 23.65 -> 21.5,
 //                sequences 23.8 -> 21.4, runs 18.1 -> 17.95; T = 9 random 17.6 -> 16.25; T = 11
 //                runs 16.15 -> 16.4, the one loss.
+//   v41 bb598c4, 42169f2 (plans only) full lists (SparseMlaProblem::min_valid_entries = topk) one
+//                CTA per SM in splits of up to 16 tiles on fast memory, T = 17-33 (run 725, H200,
+//                us): random T = 20 / 26 / 33 27.0 / 34.8 / 36.1 -> 25.05 / 29.3 / 33.75; unhinted
+//                T = 25-26 in 8-tile splits, not 10 of 7 (run 729): random 33.45 / 34.65 -> 29.75 /
+//                30.55, runs 23.05 / 24.55 -> 23.75 / 24.05.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
