@@ -12,15 +12,22 @@
 namespace dsa::bench {
 namespace {
 
-// The overrides a caller may pass, each alone (the planner's own choice first).
-std::vector<std::pair<const char*, PlanChoice>> grid_choices() {
-  std::vector<std::pair<const char*, PlanChoice>> v;
+// The overrides a caller may pass, each alone (the planner's own choice first), and the planner
+// told that every list is full (SparseMlaProblem::min_valid_entries = topk).
+struct GridChoice {
+  const char* name;
+  PlanChoice choice;
+  bool full_lists;
+};
+std::vector<GridChoice> grid_choices() {
+  std::vector<GridChoice> v;
   const auto add = [&](const char* name, auto set) {
     PlanChoice c;
     set(c);
-    v.emplace_back(name, c);
+    v.push_back({name, c, false});
   };
   add("planner", [](PlanChoice&) {});
+  v.push_back({"planner/full_lists", PlanChoice{}, true});
   add("shared_rows", [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::shared_rows; });
   add("split_k", [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::split_k; });
   add("shared_rows/3", [](PlanChoice& c) { c.kernel = PlanChoice::Kernel::shared_rows, c.splits = 3; });
@@ -68,11 +75,12 @@ int run_plan_grid(bool summary_only) {
               for (int T = 0; T <= 8192; T = T < 300 ? T + 1 : T < 1400 ? T + 11 : T < 2048 ? 2048 : 2 * T) {  // + 2048, 4096, 8192
                 if (ci > 0 && T % 3 != 0) continue;  // the overrides on every third T
                 std::snprintf(line, sizeof line, "sms %s H %d topk %d %s %s %s T %d: ", device.c_str(), H, topk, fp8 ? "fp8" : "bf16",
-                              sharing_names[sh], choices[ci].first, T);
+                              sharing_names[sh], choices[ci].name, T);
                 std::string s = line;
                 try {
-                  const SparseMlaPlan p = plan_sparse_mla(T, H, topk, dev, choices[ci].second, sharings[sh],
-                                                          fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
+                  const SparseMlaPlan p = plan_sparse_mla(T, H, topk, dev, choices[ci].choice, sharings[sh],
+                                                          fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16,
+                                                          choices[ci].full_lists ? topk : 0);
                   std::snprintf(line, sizeof line,
                                 "kernel %d keys %d splits %d chunk %d lead %d x %d ctas %d union %d fused %d order %d balanced %d "
                                 "split %d early %d launches %d workspace %zu schedule %zu",
