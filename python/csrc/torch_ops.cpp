@@ -142,6 +142,8 @@ dsa::SparseMlaProblem make_problem(const at::Tensor& q_nope, const at::Tensor& q
   p.lse = lse.data_ptr<float>();
   p.lse_token_stride = stride(lse, 0);
   p.index_sharing = parse_sharing(index_sharing);
+  // The library checks the same range on its int; checked here on the int64 first, so that a
+  // value past int's range is refused, not narrowed into it.
   TORCH_CHECK(min_valid_entries >= 0 && min_valid_entries <= p.topk, "dsa.sparse_mla_forward: min_valid_entries must be in [0, topk = ",
               num(p.topk), "], got ", num(min_valid_entries));
   p.min_valid_entries = static_cast<int>(min_valid_entries);
