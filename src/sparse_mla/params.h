@@ -165,10 +165,10 @@ inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { retur
 // -14 % against the old order, run 721); not measured on the H100, which keeps the old order
 // there. Chosen per CTA at run time, the old order's plans ran 1-2 % slower than the old kernel
 // (runs 719-720), so the plan says it and the launcher picks the instance; a balanced schedule's
-// CTA, whose tiles the plan does not bound, applies the same rule to its own tile count (written
-// out in the kernel: calling this from the device changed two instances' machine code).
+// CTA, whose tiles the plan does not bound, calls this with its own tile count (and never one
+// CTA per SM: its grid is the schedule's slots).
 inline constexpr int kEarlyIssueMaxTiles = 6;
-inline bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
+__host__ __device__ constexpr bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
   return fp8 || num_heads > kHeadGroup || max_cta_tiles <= kEarlyIssueMaxTiles || one_cta_per_sm;
 }
 

@@ -1193,8 +1193,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %, run 711), as do more stages,
   // whose later tiles are in flight already. Tile 1 asked for with tile 0 in the prologue, ahead
   // of Q's fragments, was slower (-1 to +3.2 %, run 713).
-  const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&  // balanced: split_k_early_issue's rule
-                           (!kBalanced || kFp8 || head_groups > 1 || ntiles <= kEarlyIssueMaxTiles);
+  const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&
+                           (!kBalanced || split_k_early_issue(kFp8, head_groups * kHeadGroup, ntiles, false));
   for (int it = 0; it < ntiles; ++it) {
     // Tile it+1 goes to the stage tile it-1 left: asked for after tile it landed, or (early) before.
     if (!early_issue) {
