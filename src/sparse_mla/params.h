@@ -337,9 +337,9 @@ inline constexpr int kSplitKOneCtaPerSmMaxTilesFullLists = 16;
 // Full lists of 1024 take the same rule (splits of up to 16 tiles), where one CTA per SM leaves
 // at most a quarter of the SMs idle: T = 17-44 and 50-66 on 132 SMs. Run 731 (H200, main's
 // plans -> the rule, µs): random T = 18 / 24 / 30 / 40 / 60 17.45 / 20.65 / 22.0 / 26.8 / 33.5 ->
-// 15.7 / 18.6 / 20.5 / 25.2 / 32.35 (-3.4 to -10.5 %), separate requests (sequences) -3.2 to
-// -11.6 %; at T = 45 the 2 splits' 90 CTAs lost 3.4-3.8 %, hence the quarter. A hint that does
-// not hold (mixed-length runs) costs +0.7 to +19 %.
+// 15.7 / 18.6 / 20.5 / 25.2 / 32.35 (T = 18-66: +0.5 to -10.5 %), separate requests (sequences)
+// -0.6 to -11.6 %; at T = 45 the 2 splits' 90 CTAs lost 3.4-3.8 %, hence the quarter. A hint
+// that does not hold (mixed-length runs) costs up to +19 %.
 inline constexpr int kSplitKOneCtaPerSmFullListsAlso = 1024;
 // On fast memory, the same lists that the split rules cut into 7-tile splits two to an SM (10
 // splits: T = 25-26 on 132 SMs) take 8-tile splits (8 splits, some SMs holding one CTA), as T =
