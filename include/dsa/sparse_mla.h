@@ -110,8 +110,9 @@ struct SparseMlaProblem {
   // [0, topk]; 0 (the default): unknown. An engine knows it from its sequence lengths (a decode
   // token's indexer names min(context, topk) rows). A hint that does not hold costs time, never
   // correctness. Used today: on an H200-class device, 16 heads over a bf16 cache with full lists
-  // of 2048 (min_valid_entries = topk = 2048) split one CTA per SM up to T = 33 (132 SMs), where
-  // lists of unknown length keep two CTAs per SM from T = 17 (docs/perf.md, "Full lists").
+  // (min_valid_entries = topk) split one CTA per SM further: lists of 2048 up to T = 33, lists of
+  // 1024 up to T = 66 (132 SMs), where lists of unknown length keep two CTAs per SM from T = 17
+  // (docs/perf.md, "Full lists").
   int min_valid_entries = 0;
   // A balanced plan's schedule (SparseMlaPlan::balanced): the buffer make_sparse_mla_schedule
   // wrote for this plan, and its size in bytes (>= plan.schedule_bytes; the forward refuses a

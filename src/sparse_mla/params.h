@@ -165,10 +165,10 @@ inline int splitk_listed_positions(bool whole_list, int topk, int chunk) { retur
 // -14 % against the old order, run 721); not measured on the H100, which keeps the old order
 // there. Chosen per CTA at run time, the old order's plans ran 1-2 % slower than the old kernel
 // (runs 719-720), so the plan says it and the launcher picks the instance; a balanced schedule's
-// CTA, whose tiles the plan does not bound, applies the same rule to its own tile count (written
-// out in the kernel: calling this from the device changed two instances' machine code).
+// CTA, whose tiles the plan does not bound, calls this with its own tile count (and never one
+// CTA per SM: its grid is the schedule's slots).
 inline constexpr int kEarlyIssueMaxTiles = 6;
-inline bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
+__host__ __device__ constexpr bool split_k_early_issue(bool fp8, int num_heads, int64_t max_cta_tiles, bool one_cta_per_sm) {
   return fp8 || num_heads > kHeadGroup || max_cta_tiles <= kEarlyIssueMaxTiles || one_cta_per_sm;
 }
 
@@ -334,6 +334,13 @@ inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
 // 25.0 / 28.0 / 29.15 / 32.1 / 33.4, separate requests (sequences) -3.6 to -15.6 %; 3 splits of
 // 22 tiles (T = 34-44) -3.6 to +1.9 %, not taken. 64-row tiles gained less (-0.1 to -10.8 %).
 inline constexpr int kSplitKOneCtaPerSmMaxTilesFullLists = 16;
+// Full lists of 1024 take the same rule (splits of up to 16 tiles), where one CTA per SM leaves
+// at most a quarter of the SMs idle: T = 17-44 and 50-66 on 132 SMs. Run 731 (H200, main's
+// plans -> the rule, µs): random T = 18 / 24 / 30 / 40 / 60 17.45 / 20.65 / 22.0 / 26.8 / 33.5 ->
+// 15.7 / 18.6 / 20.5 / 25.2 / 32.35 (T = 18-66: +0.5 to -10.5 %), separate requests (sequences)
+// -0.6 to -11.6 %; at T = 45 the 2 splits' 90 CTAs lost 3.4-3.8 %, hence the quarter. A hint
+// that does not hold (mixed-length runs) costs up to +19 %.
+inline constexpr int kSplitKOneCtaPerSmFullListsAlso = 1024;
 // On fast memory, the same lists that the split rules cut into 7-tile splits two to an SM (10
 // splits: T = 25-26 on 132 SMs) take 8-tile splits (8 splits, some SMs holding one CTA), as T =
 // 27-33 already do. Run 726 (H200, µs): T = 25 / 26 random 33.75 / 34.7 -> 30.0 / 30.75,

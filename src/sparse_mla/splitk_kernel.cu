@@ -219,6 +219,9 @@
 //                us): random T = 20 / 26 / 33 27.0 / 34.8 / 36.1 -> 25.05 / 29.3 / 33.75; unhinted
 //                T = 25-26 in 8-tile splits, not 10 of 7 (run 729): random 33.45 / 34.65 -> 29.75 /
 //                30.55, runs 23.05 / 24.55 -> 23.75 / 24.05.
+//   v42 (plans; SASS identical) full lists of 1024 too, where one CTA per SM fills 3/4 of the
+//                SMs (T = 17-44, 50-66; run 731, H200, us): random T = 18 / 24 / 60 17.45 / 20.65 /
+//                33.5 -> 15.7 / 18.6 / 32.35. A balanced CTA calls split_k_early_issue (params.h).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
@@ -1193,8 +1196,8 @@ __global__ void __launch_bounds__(kThreads, 2) sparse_mla_splitk_kernel(const Sp
   // keeps the old order too (its bf16 lists of 2048 lost 1.5-2 %, run 711), as do more stages,
   // whose later tiles are in flight already. Tile 1 asked for with tile 0 in the prologue, ahead
   // of Q's fragments, was slower (-1 to +3.2 %, run 713).
-  const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&  // balanced: split_k_early_issue's rule
-                           (!kBalanced || kFp8 || head_groups > 1 || ntiles <= kEarlyIssueMaxTiles);
+  const bool early_issue = kEarlyIssue && STAGES == 2 && !kRowOrder &&
+                           (!kBalanced || split_k_early_issue(kFp8, head_groups * kHeadGroup, ntiles, false));
   for (int it = 0; it < ntiles; ++it) {
     // Tile it+1 goes to the stage tile it-1 left: asked for after tile it landed, or (early) before.
     if (!early_issue) {

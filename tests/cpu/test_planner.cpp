@@ -1278,6 +1278,32 @@ TEST(Planner, FullListsHintTakesOneCtaPerSmToSixteenTiles) {
   EXPECT_EQ(plan(24, kH200, 2048).splits, 5);
   EXPECT_EQ(plan(33, kH200, 2048).splits, 4);
   for (int T : {9, 16, 34, 40, 64, 256}) EXPECT_EQ(plan(T, kH200, 2048).splits, plan(T, kH200, 0).splits) << T;
+  // Full lists of 1024 too (kSplitKOneCtaPerSmFullListsAlso): one CTA per SM to T = 66, but not
+  // where a quarter of the SMs would idle (T = 45-49: 2 splits, 90-98 CTAs), which keep the
+  // unhinted plan, as do fp8, 32 heads and T = 67 on.
+  const auto plan1024 = [](int T, int min_valid, KvCacheFormat kv = KvCacheFormat::bf16, int H = 16) {
+    return plan_sparse_mla(T, H, 1024, kH200, {}, IndexSharing::unknown, kv, min_valid);
+  };
+  for (int T = 17; T <= 66; ++T) {
+    const SparseMlaPlan hinted = plan1024(T, 1024), unhinted = plan1024(T, 0);
+    if (T >= 45 && T <= 49) {
+      EXPECT_EQ(hinted.splits, unhinted.splits) << T;
+      EXPECT_GT(hinted.ctas, 132) << T;
+    } else {
+      EXPECT_LE(hinted.ctas, 132) << T;
+      EXPECT_GE(4 * hinted.ctas, 3 * 132) << T;
+      EXPECT_LT(hinted.splits, unhinted.splits) << T;
+      EXPECT_TRUE(hinted.early_issue) << T;
+    }
+  }
+  EXPECT_EQ(plan1024(24, 1024).splits, 5);
+  EXPECT_EQ(plan1024(60, 1024).splits, 2);
+  for (int T : {24, 60}) {
+    EXPECT_EQ(plan1024(T, 1024, KvCacheFormat::fp8_ds_mla).splits, plan1024(T, 0, KvCacheFormat::fp8_ds_mla).splits) << T;
+    EXPECT_EQ(plan1024(T, 1024, KvCacheFormat::bf16, 32).splits, plan1024(T, 0, KvCacheFormat::bf16, 32).splits) << T;
+    EXPECT_EQ(plan1024(T, 1023).splits, plan1024(T, 0).splits) << T;  // not full: no hint
+  }
+  for (int T : {67, 100}) EXPECT_EQ(plan1024(T, 1024).splits, plan1024(T, 0).splits) << T;
   // The hint is checked like an argument: a list cannot hold more valid entries than topk.
   EXPECT_THROW(plan(24, kH200, 2049), Error);
   EXPECT_THROW(plan(24, kH200, -1), Error);

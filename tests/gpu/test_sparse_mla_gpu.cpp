@@ -388,22 +388,23 @@ TEST_F(Gpu, ConsecutiveHintSplitsGroupsOfMtpBatches) {
 }
 
 // The min_valid_entries hint (every list full) at 16 heads: on fast memory T = 24 / 33 take one
-// CTA per SM (5 / 4 splits of 13 / 16 tiles, early issue), the H200's plan on either card. The
-// runs and -1-in-the-middle lists are shorter than the hint says, which is allowed (a hint costs
-// time, never correctness). Every plan agrees with the reference.
+// CTA per SM (lists of 2048: 5 / 4 splits of 13 / 16 tiles; lists of 1024 at T = 24 / 45: 5 / 2
+// splits of 7 / 16 tiles; early issue), the H200's plan on either card. The runs and
+// -1-in-the-middle lists are shorter than the hint says, which is allowed (a hint costs time,
+// never correctness). Every plan agrees with the reference.
 TEST_F(Gpu, FullListsHintAgreesEvenWhereItDoesNotHold) {
   DeviceInfo fast = DeviceInfo::from_device(0);
   fast.memory_bandwidth_gbs = static_cast<int>(detail::kH100BandwidthGbs * 2);  // the fast-memory plans on either card
-  for (auto [T, splits] : {std::pair{24, 5}, std::pair{33, 4}})
+  for (auto [T, topk, splits] : {std::tuple{24, 2048, 5}, std::tuple{33, 2048, 4}, std::tuple{24, 1024, 5}, std::tuple{60, 1024, 2}})
     for (IndexPattern pattern : {IndexPattern::random, IndexPattern::runs, IndexPattern::padding_middle}) {
-      const HostProblem hp = make_problem(T, 16, 2048, 64, 400, pattern, seed_of(T, int(pattern), 2048, 5));
-      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, fast, {}, IndexSharing::unknown, KvCacheFormat::bf16, 2048);
+      const HostProblem hp = make_problem(T, 16, topk, 64, 400, pattern, seed_of(T, int(pattern), topk, 5));
+      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, fast, {}, IndexSharing::unknown, KvCacheFormat::bf16, topk);
       if (fast.sm_count == 132) {  // H100, H200
-        EXPECT_EQ(plan.splits, splits) << T;
-        EXPECT_TRUE(plan.early_issue) << T;
+        EXPECT_EQ(plan.splits, splits) << T << " " << topk;
+        EXPECT_TRUE(plan.early_issue) << T << " " << topk;
       }
       const Agreement a = run_and_compare(hp, &plan);
-      EXPECT_TRUE(a.ok()) << "T " << T << ", pattern " << workload::to_string(pattern) << ": " << a.summary();
+      EXPECT_TRUE(a.ok()) << "T " << T << ", topk " << topk << ", pattern " << workload::to_string(pattern) << ": " << a.summary();
     }
 }
 
