@@ -329,10 +329,11 @@ inline constexpr int kSplitKFitOneCtaMaxList = 512;
 inline constexpr int kSplitKOneCtaPerSmList = 2048;
 inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
 // 32 heads take the 8-tile rule too (two CTAs per token split, the second group's rows from L2):
-// T = 5-8 on 132 SMs. Run 733 (H200, planner -> one CTA per SM, µs): T = 5 / 8 random 15.7 /
-// 19.05 -> 15.1 / 18.2, separate requests -2.9 / -5.8 %, mixed runs -1.0 / -2.8 %; T = 6 runs
-// +0.6 %. Longer splits lost (T = 10-15, 11-16 tiles: runs +6 to +13 %, full lists +0 to +8 %),
-// so neither the full-lists rule nor the 8-tile rule below applies at 32 heads.
+// T = 5-8 on 132 SMs. Run 734 (H200, through the planner, µs): T = 5 / 7 / 8 random 15.65 /
+// 18.3 / 19.05 -> 15.25 / 17.7 / 18.1, separate requests -2.2 / -3.0 / -5.8 %, mixed runs +0.3 /
+// +2.1 / -2.8 %; T = 6 a wash (random 0.0, sequences -0.9, runs +2.6 %; run 733: -2.6 / -2.9 /
+// +0.6 %). Longer splits lost (run 733: T = 10-15, 11-16 tiles, runs +6 to +13 %, full lists +0
+// to +8 %), so neither the full-lists rule nor the 8-tile rule below applies at 32 heads.
 inline constexpr int kSplitKOneCtaPerSmHeads = 32;
 // The same where the caller says every list is full (SparseMlaProblem::min_valid_entries = topk):
 // splits of up to 16 tiles, T = 17-33 on 132 SMs. Run 724 (H200, planner -> one CTA per SM, µs):
