@@ -328,6 +328,13 @@ inline constexpr int kSplitKFitOneCtaMaxList = 512;
 // lengths lost 7-14 % (their long lists' CTAs hold the call up), and fp8 lost 8 % (run 714).
 inline constexpr int kSplitKOneCtaPerSmList = 2048;
 inline constexpr int kSplitKOneCtaPerSmMaxTiles = 8;
+// 32 heads take the 8-tile rule too (two CTAs per token split, the second group's rows from L2):
+// T = 5-8 on 132 SMs. Run 734 (H200, through the planner, µs): T = 5 / 7 / 8 random 15.65 /
+// 18.3 / 19.05 -> 15.25 / 17.7 / 18.1, separate requests -2.2 / -3.0 / -5.8 %, mixed runs +0.3 /
+// +2.1 / -2.8 %; T = 6 a wash (random 0.0, sequences -0.9, runs +2.6 %; run 733: -2.6 / -2.9 /
+// +0.6 %). Longer splits lost (run 733: T = 10-15, 11-16 tiles, runs +6 to +13 %, full lists +0
+// to +8 %), so neither the full-lists rule nor the 8-tile rule below applies at 32 heads.
+inline constexpr int kSplitKOneCtaPerSmHeads = 32;
 // The same where the caller says every list is full (SparseMlaProblem::min_valid_entries = topk):
 // splits of up to 16 tiles, T = 17-33 on 132 SMs. Run 724 (H200, planner -> one CTA per SM, µs):
 // random T = 17 / 20 / 24 / 26 / 30 / 33 24.4 / 27.05 / 30.5 / 34.75 / 34.15 / 35.9 -> 23.25 /

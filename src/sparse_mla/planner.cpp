@@ -614,22 +614,24 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     if (fewer == min_splits || 4 * fewer_ctas >= 3 * int64_t{dev.sm_count}) splits = fewer;
   }
   if (list_tiles <= detail::kSplitKOneTileOnlyMaxTiles && ceil_div(list_tiles, splits) > 1) splits = min_splits;
-  // On fast memory, 16-head bf16 lists of 2048: one CTA per SM with the early issue, where its
-  // splits hold at most 8 tiles, or 16 where the caller says every list is full, as are full
-  // lists of 1024 (params.h kSplitKOneCtaPerSmList, kSplitKOneCtaPerSmMaxTilesFullLists,
-  // kSplitKOneCtaPerSmFullListsAlso); two to an SM, 8-tile splits rather than 7
-  // (kSplitKNotSevenTiles).
-  if (c.fast_memory && !fp8 && num_heads == kHeadGroup &&
-      (topk == detail::kSplitKOneCtaPerSmList || (c.full_lists && topk == detail::kSplitKOneCtaPerSmFullListsAlso)) &&
+  // On fast memory, 16- and 32-head bf16 lists of 2048: one CTA per SM with the early issue,
+  // where its splits hold at most 8 tiles, or at 16 heads 16 where the caller says every list is
+  // full, as are full lists of 1024 (params.h kSplitKOneCtaPerSmList, kSplitKOneCtaPerSmHeads,
+  // kSplitKOneCtaPerSmMaxTilesFullLists, kSplitKOneCtaPerSmFullListsAlso); at 16 heads two to an
+  // SM, 8-tile splits rather than 7 (kSplitKNotSevenTiles).
+  const bool sixteen_heads = num_heads == kHeadGroup;
+  const bool full_list_rule = sixteen_heads && c.full_lists;
+  if (c.fast_memory && !fp8 && num_heads <= detail::kSplitKOneCtaPerSmHeads &&
+      (topk == detail::kSplitKOneCtaPerSmList || (full_list_rule && topk == detail::kSplitKOneCtaPerSmFullListsAlso)) &&
       base_ctas * splits > dev.sm_count) {
     const int64_t fit = dev.sm_count / base_ctas;
-    const int64_t max_tiles = c.full_lists ? detail::kSplitKOneCtaPerSmMaxTilesFullLists : detail::kSplitKOneCtaPerSmMaxTiles;
+    const int64_t max_tiles = full_list_rule ? detail::kSplitKOneCtaPerSmMaxTilesFullLists : detail::kSplitKOneCtaPerSmMaxTiles;
     // Not where a quarter of the SMs would idle (lists of 1024 at T = 45-49: 2 splits, 90-98 CTAs).
     if (fit > min_splits && ceil_div(list_tiles, fit) <= max_tiles &&
         4 * base_ctas * whole_tile_splits(list_tiles, fit) >= 3 * int64_t{dev.sm_count})
       splits = whole_tile_splits(list_tiles, fit);
-    // Still two to an SM: no 7-tile splits in lists of 2048 (params.h kSplitKNotSevenTiles).
-    if (topk == detail::kSplitKOneCtaPerSmList && base_ctas * splits > dev.sm_count &&
+    // Still two to an SM: no 7-tile splits in 16-head lists of 2048 (params.h kSplitKNotSevenTiles).
+    if (sixteen_heads && topk == detail::kSplitKOneCtaPerSmList && base_ctas * splits > dev.sm_count &&
         ceil_div(list_tiles, splits) == detail::kSplitKNotSevenTiles - 1)
       splits = whole_tile_splits(list_tiles, list_tiles / detail::kSplitKNotSevenTiles);
   }

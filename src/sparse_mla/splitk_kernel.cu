@@ -222,6 +222,9 @@
 //   v42 (plans; SASS identical) full lists of 1024 too, where one CTA per SM fills 3/4 of the
 //                SMs (T = 17-44, 50-66; run 731, H200, us): random T = 18 / 24 / 60 17.45 / 20.65 /
 //                33.5 -> 15.7 / 18.6 / 32.35. A balanced CTA calls split_k_early_issue (params.h).
+//   v43 (plans only) 32 heads one CTA per SM in splits of <= 8 tiles on fast memory, T = 5-8 (run
+//                734, H200, us): random T = 8 19.05 -> 18.1, sequences 19.1 -> 18.0, runs 17.95 ->
+//                17.45; T = 6-7 mixed runs +2.1 / +2.6 %.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);

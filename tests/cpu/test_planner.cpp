@@ -1253,6 +1253,32 @@ TEST(Planner, OneCtaPerSmForSixteenHeadListsOnFastMemory) {
   EXPECT_EQ(plan_sparse_mla(8, 16, 2048, kH200).splits, 16);   // already one CTA per SM
 }
 
+// 32 heads take the 8-tile rule too (params.h kSplitKOneCtaPerSmHeads): T = 5-8 on fast memory,
+// 13 / 11 / 8 / 8 splits of 5-8 tiles, two CTAs per token split. Longer splits (T >= 9), the
+// H100, fp8 and 64 heads keep theirs; neither the full-lists hint nor the 8-tile rule for 7-tile
+// splits applies at 32 heads (T = 13 keeps 10 splits of 7 tiles).
+TEST(Planner, OneCtaPerSmForThirtyTwoHeadListsOnFastMemory) {
+  const int expected[] = {13, 11, 8, 8};
+  for (int T = 5; T <= 8; ++T) {
+    const SparseMlaPlan p = plan_sparse_mla(T, 32, 2048, kH200);
+    EXPECT_EQ(p.kernel, SparseMlaKernel::split_k) << T;
+    EXPECT_EQ(p.splits, expected[T - 5]) << T;
+    EXPECT_LE(p.ctas, 132) << T;
+    EXPECT_GE(4 * p.ctas, 3 * 132) << T;
+    EXPECT_TRUE(p.early_issue) << T;
+    EXPECT_GT(plan_sparse_mla(T, 32, 2048, kH100).ctas, 132) << T;
+    EXPECT_GT(plan_sparse_mla(T, 32, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::fp8_ds_mla).ctas, 132) << T;
+  }
+  for (int T : {9, 10, 12, 13, 15}) {
+    EXPECT_GT(plan_sparse_mla(T, 32, 2048, kH200).ctas, 132) << T;
+    EXPECT_EQ(plan_sparse_mla(T, 32, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::bf16, 2048).splits,
+              plan_sparse_mla(T, 32, 2048, kH200).splits) << T;
+  }
+  EXPECT_EQ(plan_sparse_mla(13, 32, 2048, kH200).splits, 10);
+  EXPECT_EQ(plan_sparse_mla(6, 32, 1024, kH200).splits, plan_sparse_mla(6, 32, 1024, kH100).splits);  // lists of 2048 only
+  EXPECT_EQ(plan_sparse_mla(3, 64, 2048, kH200).kernel, SparseMlaKernel::shared_rows);
+}
+
 // SparseMlaProblem::min_valid_entries = topk (every list full) lets 16-head bf16 lists of 2048
 // on fast memory take one CTA per SM in splits of up to 16 tiles: T = 17-33 on 132 SMs. Any
 // smaller hint, the H100, fp8 and 32 heads plan as without it; T = 34 (3 splits of 22 tiles)

@@ -408,6 +408,26 @@ TEST_F(Gpu, FullListsHintAgreesEvenWhereItDoesNotHold) {
     }
 }
 
+// 32 heads on fast memory at T = 5 / 8: one CTA per SM, 13 / 8 splits of 5 / 8 tiles, two CTAs
+// per token split (params.h kSplitKOneCtaPerSmHeads), the H200's plan on either card. Random
+// rows, runs of mixed length and -1 in the middle agree with the reference.
+TEST_F(Gpu, ThirtyTwoHeadsOneCtaPerSmAgree) {
+  DeviceInfo fast = DeviceInfo::from_device(0);
+  fast.memory_bandwidth_gbs = static_cast<int>(detail::kH100BandwidthGbs * 2);  // the fast-memory plans on either card
+  for (auto [T, splits] : {std::pair{5, 13}, std::pair{8, 8}})
+    for (IndexPattern pattern : {IndexPattern::random, IndexPattern::runs, IndexPattern::padding_middle}) {
+      const HostProblem hp = make_problem(T, 32, 2048, 64, 400, pattern, seed_of(T, int(pattern), 2048, 32));
+      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, fast);
+      if (fast.sm_count == 132) {  // H100, H200
+        EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k) << T;
+        EXPECT_EQ(plan.splits, splits) << T;
+        EXPECT_EQ(plan.ctas, T * splits * 2) << T;
+      }
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "T " << T << ", pattern " << workload::to_string(pattern) << ": " << a.summary();
+    }
+}
+
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
 // 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 one
