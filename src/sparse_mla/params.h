@@ -317,9 +317,9 @@ inline constexpr int kSplitKTailMinList = 512;
 // trade: random lists -8.8 to +0.6 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12,
 // 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
-// On fast memory (H200; not measured on the H100), 16 heads over a bf16 cache, lists of
-// kSplitKOneCtaPerSmList positions (DSA's 2048; shorter ones are not measured) split two CTAs to
-// an SM: as many splits as fit one CTA per SM, where those hold at most
+// On fast memory (H200; not measured on the H100), 16 heads (and 32, below) over a bf16 cache,
+// lists of kSplitKOneCtaPerSmList positions (DSA's 2048; shorter ones are not measured) split two
+// CTAs to an SM: as many splits as fit one CTA per SM, where those hold at most
 // kSplitKOneCtaPerSmMaxTiles tiles, each CTA asking for its next tile early
 // (SparseMlaPlan::early_issue). Run 721 (H200): T = 16 in 8 splits random / sequences 23.7 /
 // 23.9 -> 21.4 / 21.6 us, mixed-length runs 18.1 -> 18.0; run 722 moved T = 9-16, -0.6 to -10.1 %
