@@ -626,10 +626,11 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
       base_ctas * splits > dev.sm_count) {
     const int64_t fit = dev.sm_count / base_ctas;
     const int64_t max_tiles = full_list_rule ? detail::kSplitKOneCtaPerSmMaxTilesFullLists : detail::kSplitKOneCtaPerSmMaxTiles;
-    // Not where a quarter of the SMs would idle (lists of 1024 at T = 45-49: 2 splits, 90-98 CTAs).
-    if (fit > min_splits && ceil_div(list_tiles, fit) <= max_tiles &&
-        4 * base_ctas * whole_tile_splits(list_tiles, fit) >= 3 * int64_t{dev.sm_count})
-      splits = whole_tile_splits(list_tiles, fit);
+    if (fit > min_splits && ceil_div(list_tiles, fit) <= max_tiles) {
+      const int64_t fit_splits = whole_tile_splits(list_tiles, fit);
+      // Not where a quarter of the SMs would idle (lists of 1024 at T = 45-49: 2 splits, 90-98 CTAs).
+      if (4 * base_ctas * fit_splits >= 3 * int64_t{dev.sm_count}) splits = fit_splits;
+    }
     // Still two to an SM: no 7-tile splits in 16-head lists of 2048 (params.h kSplitKNotSevenTiles).
     if (sixteen_heads && topk == detail::kSplitKOneCtaPerSmList && base_ctas * splits > dev.sm_count &&
         ceil_div(list_tiles, splits) == detail::kSplitKNotSevenTiles - 1)
