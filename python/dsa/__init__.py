@@ -26,9 +26,10 @@ share most of their rows; at 16 heads -12 to -34 % against "unknown" on an H100,
 topk < 1024, only.
 min_valid_entries (0: unknown) is a second hint: every token's list holds at least this many valid
 entries, in [0, topk]. An engine knows it from its sequence lengths (a decode token's list holds
-min(context, topk) rows). With full lists of 2048 (min_valid_entries = topk) 16 heads over a bf16
-cache on an H200 take one CTA per SM up to T = 33 (-4 to -16 %, docs/perf.md "Full lists"). A
-hint that does not hold costs time, never correctness.
+min(context, topk) rows). With full lists (min_valid_entries = topk) 16 heads over a bf16 cache on
+an H200 take one CTA per SM further: lists of 2048 up to T = 33 (-4 to -16 %), lists of 1024 up to
+T = 66 (-2 to -12 %; docs/perf.md "Full lists", "Full lists of 1024"). A hint that does not hold
+costs time, never correctness.
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths
