@@ -31,7 +31,7 @@ std::string shape_name(int heads, int T, int topk, const std::string& pattern) {
 }  // namespace
 
 std::vector<std::string> builtin_suite_names() {
-  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes", "sweep", "short-lists"};
+  return {"targets", "smoke", "decode-small", "decode-large", "prefill", "edge", "wide-heads", "waves", "past-waves", "shapes", "sweep", "short-lists", "serving"};
 }
 
 std::vector<BenchCase> builtin_suite(const std::string& name) {
@@ -196,6 +196,17 @@ std::vector<BenchCase> builtin_suite(const std::string& name) {
                         std::pair{128, 1}})
       add(H, T, 2048, IndexPattern::runs);
     for (auto [H, T] : {std::pair{16, 6}, std::pair{32, 4}, std::pair{128, 1}}) add(H, T, 2048, IndexPattern::sequences);
+  } else if (name == "serving") {
+    // What a TP-8 server's decode step asks of one GPU (16 heads, lists of 2048): a batch of
+    // separate requests, each over its own 8192-row span, from 1 to 1024 tokens; then with MTP,
+    // a request's token and its draft (2 tokens per request, sharing ~1/4 of their rows). The
+    // floors beside each case say how far every batch size is from its memory traffic.
+    for (int T : {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 512, 1024})
+      v.push_back(make(shape_name(16, T, 2048, "sequences"), T, IndexPattern::sequences));
+    for (int T : {2, 8, 32, 64, 128, 256}) {
+      v.push_back(make("mtp2-T" + std::to_string(T), T, IndexPattern::sequences));
+      v.back().indices.tokens_per_sequence = 2;
+    }
   } else {
     throw Error("suite: unknown '" + name + "'");
   }
