@@ -317,6 +317,16 @@ inline constexpr int kSplitKTailMinList = 512;
 // trade: random lists -8.8 to +0.6 %, mixed-length runs +3.2 to +5.4 % (16 heads topk 2048 T = 12,
 // 22 splits -> 16).
 inline constexpr int kSplitKFitOneCtaMaxList = 512;
+// On fast memory (H200; not measured on the H100) lists of at least kSplitKOneTileHalfSmsMinList
+// positions take one-tile splits only while their grid fills at most half the SMs; past that,
+// two tiles a split, each CTA asking for its second tile early (SparseMlaPlan::early_issue): 16
+// heads T = 2, 32 heads T = 1. Run 744 (H200, through the planner, bf16 / fp8 µs): 16 heads T = 2
+// random 10.1 / 9.6 -> 9.6 / 9.25, separate requests -4.0 / -3.2 %, mixed runs -3.7 / -0.5 %,
+// topk 2049 -3.8 / -3.0 %; 32 heads T = 1 random 9.5 / 9.3 -> 9.0 / 9.1, separate requests -5.3 /
+// -2.2 %, mixed runs -5.0 / -1.6 %. Shorter lists lost or traded: 1024 +2.0 to +10.7 % (16-64
+// heads, T = 1-4), 512 -3.4 to +5.1 %, 300 -10.1 to +1.2 %, 128 (whole lists then) -8.5 to +14.3 %.
+inline constexpr int kSplitKOneTileSmsPerCtaFastMemory = 2;
+inline constexpr int kSplitKOneTileHalfSmsMinList = 2048;
 // On fast memory (H200; not measured on the H100), 16 heads (and 32, below) over a bf16 cache,
 // lists of kSplitKOneCtaPerSmList positions (DSA's 2048; shorter ones are not measured) split two
 // CTAs to an SM: as many splits as fit one CTA per SM, where those hold at most

@@ -589,8 +589,11 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // second CTA on an SM gains less than the combine of twice the partials costs (run 592, H100,
   // bf16 / fp8 us): 32 heads T = 2 topk 2048 15.3 -> 11.5 / 14.5 -> 10.8, 16 heads T = 4
   // 17.0 -> 13.9 / 15.5 -> 11.6, topk 512 T = 16 15.4 -> 13.8 / 13.8 -> 11.9, topk 1024 T = 8
-  // 15.7 -> 13.7 / 14.2 -> 11.9; no case slower.
-  if (splits > min_splits && splits * kMinSplitKeys >= topk && base_ctas * splits > dev.sm_count)
+  // 15.7 -> 13.7 / 14.2 -> 11.9; no case slower. On fast memory, lists of 2048 only while that
+  // grid fills at most half the SMs (params.h kSplitKOneTileSmsPerCtaFastMemory).
+  const int64_t one_tile_sms_per_cta =
+      c.fast_memory && topk >= detail::kSplitKOneTileHalfSmsMinList ? detail::kSplitKOneTileSmsPerCtaFastMemory : 1;
+  if (splits > min_splits && splits * kMinSplitKeys >= topk && base_ctas * splits * one_tile_sms_per_cta > dev.sm_count)
     splits = std::max(min_splits, ceil_div(topk, 2 * kMinSplitKeys));
   // A list of at most two tiles is not split at all: one more tile costs a CTA less than the
   // combine kernel. Topk 64, 2 splits -> 1 (run 593, H100, bf16 / fp8 us): 16 heads T = 1

@@ -225,9 +225,15 @@
 //   v43 (plans only) 32 heads one CTA per SM in splits of <= 8 tiles on fast memory, T = 5-8 (run
 //                734, H200, us): random T = 8 19.05 -> 18.1, sequences 19.1 -> 18.0, runs 17.95 ->
 //                17.45; T = 6-7 mixed runs +2.1 / +2.6 %.
+//   v44 (plans only) lists of 2048 on fast memory in one-tile splits only while their grid fills
+//                half the SMs: 16 heads T = 2, 32 heads T = 1 in 32 two-tile splits (run 745, H200,
+//                us): T = 2 random 10.1 -> 9.6 (fp8 9.5 -> 9.2), 32 heads T = 1 9.45 -> 9.0.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
-// Tried and not kept (docs/perf.md): cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
+// Tried and not kept (docs/perf.md): lead tokens in more splits filling a plan's idle slots (run
+// 737: +4 to +16 % on full lists); a wgmma S for fp8, weighed first by what-ifs (runs 738, 740:
+// without S's e4m3 side at all T = 1024 only -6 % on separate requests, -12.5 % random);
+// cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
 // row order's sort in one pass of 7 radix bits (run 149: T=256 -0.8 us, T=1024 +5);
 // splits merged in thread-block clusters through distributed shared memory instead of the
 // combine (run 38, 4d09c20: T=1 12.4, T=64 88 us, slower everywhere below T=128); the

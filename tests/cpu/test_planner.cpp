@@ -1279,6 +1279,31 @@ TEST(Planner, OneCtaPerSmForThirtyTwoHeadListsOnFastMemory) {
   EXPECT_EQ(plan_sparse_mla(3, 64, 2048, kH200).kernel, SparseMlaKernel::shared_rows);
 }
 
+// On fast memory lists of 2048 or more take one-tile splits only while their grid fills at most
+// half the SMs: 16 heads T = 2 and 32 heads T = 1 split in two-tile splits (64 CTAs), each CTA
+// asking for its second tile early; T = 1 at 16 heads keeps 64 one-tile splits, shorter lists
+// and the H100 keep their plans, in both formats.
+TEST(Planner, OneTileSplitsOnlyToHalfTheSmsForLongListsOnFastMemory) {
+  for (KvCacheFormat f : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla}) {
+    const auto plan = [f](int T, int H, int topk, const DeviceInfo& dev) {
+      return plan_sparse_mla(T, H, topk, dev, {}, IndexSharing::unknown, f);
+    };
+    for (auto [T, H] : {std::pair{2, 16}, std::pair{1, 32}}) {
+      const SparseMlaPlan p = plan(T, H, 2048, kH200);
+      EXPECT_EQ(p.kernel, SparseMlaKernel::split_k) << T << " " << H;
+      EXPECT_EQ(p.splits, 32) << T << " " << H;
+      EXPECT_EQ(p.chunk, 64) << T << " " << H;
+      EXPECT_EQ(p.ctas, 64) << T << " " << H;
+      EXPECT_TRUE(p.early_issue) << T << " " << H;
+      EXPECT_EQ(plan(T, H, 2049, kH200).splits, 33) << T << " " << H;
+      EXPECT_EQ(plan(T, H, 2048, kH100).splits, 64) << T << " " << H;
+    }
+    EXPECT_EQ(plan(1, 16, 2048, kH200).splits, 64);
+    EXPECT_EQ(plan(3, 16, 1024, kH200).splits, plan(3, 16, 1024, kH100).splits);  // lists of 2048 only
+    EXPECT_EQ(plan(2, 32, 1024, kH200).splits, 32);
+  }
+}
+
 // SparseMlaProblem::min_valid_entries = topk (every list full) lets 16-head bf16 lists of 2048
 // on fast memory take one CTA per SM in splits of up to 16 tiles: T = 17-33 on 132 SMs. Any
 // smaller hint, the H100, fp8 and 32 heads plan as without it; T = 34 (3 splits of 22 tiles)

@@ -428,6 +428,33 @@ TEST_F(Gpu, ThirtyTwoHeadsOneCtaPerSmAgree) {
     }
 }
 
+// Lists of 2048 on fast memory whose one-tile splits would fill more than half the SMs take
+// two-tile splits (params.h kSplitKOneTileSmsPerCtaFastMemory): 16 heads T = 2 and 32 heads
+// T = 1, 32 splits of 64 positions (64 CTAs) with the early issue, the H200's plan on either
+// card. Random rows, runs of mixed length and -1 in the middle agree with the reference, over
+// a bf16 cache and its fp8_ds_mla quantization.
+TEST_F(Gpu, TwoTileSplitsOfLongListsAgree) {
+  DeviceInfo fast = DeviceInfo::from_device(0);
+  fast.memory_bandwidth_gbs = static_cast<int>(detail::kH100BandwidthGbs * 2);  // the fast-memory plans on either card
+  for (auto [T, H] : {std::pair{2, 16}, std::pair{1, 32}})
+    for (IndexPattern pattern : {IndexPattern::random, IndexPattern::runs, IndexPattern::padding_middle})
+      for (bool fp8 : {false, true}) {
+        HostProblem hp = make_problem(T, H, 2048, 64, 400, pattern, seed_of(T, int(pattern), H, fp8 ? 11 : 10));
+        if (fp8) hp.to_fp8(false);
+        const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, fast, {}, IndexSharing::unknown,
+                                                   fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16);
+        if (fast.sm_count == 132) {  // H100, H200
+          EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k) << T << " " << H;
+          EXPECT_EQ(plan.splits, 32) << T << " " << H;
+          EXPECT_EQ(plan.ctas, 64) << T << " " << H;
+          EXPECT_TRUE(plan.early_issue) << T << " " << H;
+        }
+        const Agreement a = run_and_compare(hp, &plan);
+        EXPECT_TRUE(a.ok()) << "T " << T << ", H " << H << ", pattern " << workload::to_string(pattern) << (fp8 ? " fp8: " : " bf16: ")
+                            << a.summary();
+      }
+}
+
 // At 64 and 128 heads the planner takes shared rows whatever the hint, a CTA per token's 64
 // heads: below one wave of groups with splits (T = 64 at 64 heads: 2 per token; T = 33 at 128:
 // 66 groups x 2) and CTAs that compact their own lists, T = 70 one wave unsplit, T = 140 one
