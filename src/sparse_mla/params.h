@@ -389,6 +389,15 @@ inline constexpr int kLeadMinTailSplits = 8;
 // keep 8 on both: on the H200 64 heads T = 86 / 90 / 95 90.7 / 91.2 / 91.3 -> 90.1 / 92.8 / 96.7,
 // 32 heads T = 86 / 90 88.1 / 88.3 -> 84.2 / 86.3, 128 heads T = 45 88.9 -> 86.7.
 inline constexpr int kLeadMinTailSplitsSplitKFastMemory = 4;
+// Where the caller says every list is full (SparseMlaProblem::min_valid_entries = topk), split-K
+// lists shorter than this take no half-wave lead: one split (a whole list per CTA, no combine)
+// is faster. H200 (run 748, 16 heads topk 512, lead -> one split, bf16 / fp8 µs): random T = 134
+// / 150 / 160 40.7 / 45.55 / 47.35 -> 37.35 / 38.95 / 39.6 (fp8 34.05 / 38.6 / 39.0 -> 32.7 /
+// 33.55 / 33.7), separate requests -9.2 to -17.2 %; mixed runs, which the unhinted planner keeps
+// the lead for, lose with one split (+2.9 to +9.0 % bf16, +11.8 to +20.3 % fp8). H100 (run 592,
+// the lead limited to lists of >= 1024 for every call): random lists -0.9 to -13.3 %, mixed runs
+// +7.3 to +17.5 %.
+inline constexpr int kSplitKHalfWaveLeadFullListsMinList = 1024;
 // That half-wave lead was first taken at 128 heads only (bound by their MMAs). At 32 and 64 heads
 // a wave of one-split CTAs of bf16 lists is bound by the gather on the H100, so its idle SMs
 // cost little and the second round more; with fp8, or on fast memory (kFastMemoryEighths), lists

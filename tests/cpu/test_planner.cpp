@@ -1304,6 +1304,31 @@ TEST(Planner, OneTileSplitsOnlyToHalfTheSmsForLongListsOnFastMemory) {
   }
 }
 
+// Full lists shorter than 1024 (min_valid_entries = topk) take no half-wave lead: T = 133-165
+// at 16 heads and T = 67-82 at 32 heads run one split, on either device and in both formats.
+// Without the hint, or with lists of 1024 and 2048, the lead stays.
+TEST(Planner, FullShortListsTakeNoHalfWaveLead) {
+  for (KvCacheFormat f : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (const DeviceInfo& dev : {kH100, kH200}) {
+      const auto plan = [&](int T, int H, int topk, int min_valid) {
+        return plan_sparse_mla(T, H, topk, dev, {}, IndexSharing::unknown, f, min_valid);
+      };
+      for (auto [T, H] : {std::pair{140, 16}, std::pair{150, 16}, std::pair{165, 16}, std::pair{75, 32}}) {
+        const SparseMlaPlan hinted = plan(T, H, 512, 512);
+        EXPECT_EQ(hinted.kernel, SparseMlaKernel::split_k) << T << " " << H;
+        EXPECT_EQ(hinted.lead_tokens, 0) << T << " " << H;
+        EXPECT_EQ(hinted.splits, 1) << T << " " << H;
+        EXPECT_EQ(hinted.launches, 1) << T << " " << H;
+        EXPECT_EQ(hinted.workspace_bytes, 0u) << T << " " << H;
+        EXPECT_EQ(plan(T, H, 512, 0).lead_tokens, 132 / (H / 16)) << T << " " << H;    // unhinted: the lead
+        EXPECT_EQ(plan(T, H, 512, 511).lead_tokens, 132 / (H / 16)) << T << " " << H;  // a hint short of full
+        EXPECT_EQ(plan(T, H, 768, 768).lead_tokens, 0) << T << " " << H;
+      }
+      EXPECT_EQ(plan(150, 16, 1024, 1024).lead_tokens, 132);
+      EXPECT_EQ(plan(150, 16, 2048, 2048).lead_tokens, 132);
+    }
+}
+
 // SparseMlaProblem::min_valid_entries = topk (every list full) lets 16-head bf16 lists of 2048
 // on fast memory take one CTA per SM in splits of up to 16 tiles: T = 17-33 on 132 SMs. Any
 // smaller hint, the H100, fp8 and 32 heads plan as without it; T = 34 (3 splits of 22 tiles)
