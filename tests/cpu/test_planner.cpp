@@ -1304,28 +1304,30 @@ TEST(Planner, OneTileSplitsOnlyToHalfTheSmsForLongListsOnFastMemory) {
   }
 }
 
-// Full lists shorter than 1024 (min_valid_entries = topk) take no half-wave lead: T = 133-165
-// at 16 heads and T = 67-82 at 32 heads run one split, on either device and in both formats.
-// Without the hint, or with lists of 1024 and 2048, the lead stays.
-TEST(Planner, FullShortListsTakeNoHalfWaveLead) {
+// Full lists of at most 768 (min_valid_entries = topk) take no half-wave lead at 16 heads: T =
+// 134-165 run one split, on either device and in both formats. Without the hint, with a hint
+// short of full, with lists of 1000-2048 and at 32 heads the lead stays.
+TEST(Planner, FullShortListsTakeNoHalfWaveLeadAtSixteenHeads) {
   for (KvCacheFormat f : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
     for (const DeviceInfo& dev : {kH100, kH200}) {
       const auto plan = [&](int T, int H, int topk, int min_valid) {
         return plan_sparse_mla(T, H, topk, dev, {}, IndexSharing::unknown, f, min_valid);
       };
-      for (auto [T, H] : {std::pair{140, 16}, std::pair{150, 16}, std::pair{165, 16}, std::pair{75, 32}}) {
-        const SparseMlaPlan hinted = plan(T, H, 512, 512);
-        EXPECT_EQ(hinted.kernel, SparseMlaKernel::split_k) << T << " " << H;
-        EXPECT_EQ(hinted.lead_tokens, 0) << T << " " << H;
-        EXPECT_EQ(hinted.splits, 1) << T << " " << H;
-        EXPECT_EQ(hinted.launches, 1) << T << " " << H;
-        EXPECT_EQ(hinted.workspace_bytes, 0u) << T << " " << H;
-        EXPECT_EQ(plan(T, H, 512, 0).lead_tokens, 132 / (H / 16)) << T << " " << H;    // unhinted: the lead
-        EXPECT_EQ(plan(T, H, 512, 511).lead_tokens, 132 / (H / 16)) << T << " " << H;  // a hint short of full
-        EXPECT_EQ(plan(T, H, 768, 768).lead_tokens, 0) << T << " " << H;
+      for (int T : {134, 150, 165}) {
+        for (int topk : {512, 768}) {
+          const SparseMlaPlan hinted = plan(T, 16, topk, topk);
+          EXPECT_EQ(hinted.kernel, SparseMlaKernel::split_k) << T << " " << topk;
+          EXPECT_EQ(hinted.lead_tokens, 0) << T << " " << topk;
+          EXPECT_EQ(hinted.splits, 1) << T << " " << topk;
+          EXPECT_EQ(hinted.launches, 1) << T << " " << topk;
+          EXPECT_EQ(hinted.workspace_bytes, 0u) << T << " " << topk;
+        }
+        EXPECT_EQ(plan(T, 16, 512, 0).lead_tokens, 132) << T;    // unhinted: the lead
+        EXPECT_EQ(plan(T, 16, 512, 511).lead_tokens, 132) << T;  // a hint short of full
+        EXPECT_EQ(plan(T, 16, 1000, 1000).lead_tokens, 132) << T;
+        EXPECT_EQ(plan(T, 16, 2048, 2048).lead_tokens, 132) << T;
       }
-      EXPECT_EQ(plan(150, 16, 1024, 1024).lead_tokens, 132);
-      EXPECT_EQ(plan(150, 16, 2048, 2048).lead_tokens, 132);
+      EXPECT_EQ(plan(75, 32, 512, 512).lead_tokens, 66);
     }
 }
 
