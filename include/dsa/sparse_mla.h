@@ -112,7 +112,8 @@ struct SparseMlaProblem {
   // correctness. Used today: on an H200-class device, 16 heads over a bf16 cache with full lists
   // (min_valid_entries = topk) split one CTA per SM further: lists of 2048 up to T = 33, lists of
   // 1024 up to T = 66 (132 SMs), where lists of unknown length keep two CTAs per SM from T = 17
-  // (docs/perf.md, "Full lists").
+  // (docs/perf.md, "Full lists"); on any device, 16-head full lists of at most 768 run one split
+  // where unknown lengths take the half-wave lead (T = 133-165 on 132 SMs; "Full lists of 512-768").
   int min_valid_entries = 0;
   // A balanced plan's schedule (SparseMlaPlan::balanced): the buffer make_sparse_mla_schedule
   // wrote for this plan, and its size in bytes (>= plan.schedule_bytes; the forward refuses a

@@ -28,8 +28,9 @@ min_valid_entries (0: unknown) is a second hint: every token's list holds at lea
 entries, in [0, topk]. An engine knows it from its sequence lengths (a decode token's list holds
 min(context, topk) rows). With full lists (min_valid_entries = topk) 16 heads over a bf16 cache on
 an H200 take one CTA per SM further: lists of 2048 up to T = 33 (-4 to -16 %), lists of 1024 up to
-T = 66 (-2 to -12 %; docs/perf.md "Full lists", "Full lists of 1024"). A hint that does not hold
-costs time, never correctness.
+T = 66 (-2 to -12 %; docs/perf.md "Full lists", "Full lists of 1024"); on any device 16-head
+full lists of at most 768 run one split at T = 133-165 (bf16 -5 to -19 %, fp8 0 to -14 % on an
+H200). A hint that does not hold costs time, never correctness.
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths

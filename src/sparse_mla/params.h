@@ -389,6 +389,17 @@ inline constexpr int kLeadMinTailSplits = 8;
 // keep 8 on both: on the H200 64 heads T = 86 / 90 / 95 90.7 / 91.2 / 91.3 -> 90.1 / 92.8 / 96.7,
 // 32 heads T = 86 / 90 88.1 / 88.3 -> 84.2 / 86.3, 128 heads T = 45 88.9 -> 86.7.
 inline constexpr int kLeadMinTailSplitsSplitKFastMemory = 4;
+// Where the caller says every list is full (SparseMlaProblem::min_valid_entries = topk), 16-head
+// split-K lists of at most this many positions take no half-wave lead: one split (a whole list
+// per CTA, no combine) is faster. H200 (run 749, lead -> one split, through the planner, bf16 /
+// fp8): topk 512 T = 134 / 150 / 165 random 41.0 / 46.2 / 48.4 -> 37.65 / 39.3 / 40.1 µs (fp8
+// -2.1 / -11.3 / -13.1 %), separate requests -9.5 / -14.4 / -17.8 % (fp8 -4.6 / -12.3 / -14.4 %);
+// topk 768 T = 150 -4.6 / -6.9 % (fp8 +0.7 / +0.3 %). Longer lists lose (topk 1000: bf16 +1.6 /
+// -0.8 %, fp8 +2.2 / +2.7 %), as do 32 heads at T = 69 (+1.1 / +2.7 %; T = 75-81 -3.4 to -7.0
+// %), which keep the lead. Mixed runs, for which the unhinted planner keeps it, lose with one
+// split (under a false hint +3.9 to +10.1 % bf16, +6.6 to +20.7 % fp8). The H100 measured the
+// same trade without the hint (run 592: random lists -0.9 to -13.3 %, mixed runs +7.3 to +17.5 %).
+inline constexpr int kSplitKHalfWaveLeadFullListsMaxList = 768;
 // That half-wave lead was first taken at 128 heads only (bound by their MMAs). At 32 and 64 heads
 // a wave of one-split CTAs of bf16 lists is bound by the gather on the H100, so its idle SMs
 // cost little and the second round more; with fp8, or on fast memory (kFastMemoryEighths), lists

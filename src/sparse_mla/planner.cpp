@@ -670,9 +670,12 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // T = 150 121.5 -> 99.8; with 5 / 4 later splits T = 180 / 198 148.1 / 150.7 -> 156.0 / 169.2.
   // On fast memory with lists of 2048, 4 (params.h kLeadMinTailSplitsSplitKFastMemory: H200 16
   // heads T = 180 142.3 -> 126.7, run 513).
+  // Not at 16 heads for full lists of at most 768 (SparseMlaProblem::min_valid_entries = topk;
+  // params.h kSplitKHalfWaveLeadFullListsMaxList): one split is faster there.
   // Past whole waves by more than half a wave (up to 2/3), 3 splits in two rounds where that
   // pays (two_rounds_rule, params.h kLeadTwoRounds*: fp8 T = 397 244.4 -> 222.5, run 470).
   LeadPlan splitk_lead;
+  const bool full_short_lists = c.full_lists && topk <= detail::kSplitKHalfWaveLeadFullListsMaxList;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
       topk <= SparseMlaPlan::kMaxChunk && token_slots > 0 && num_tokens > token_slots / 2) {
@@ -681,7 +684,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     const int64_t past_waves = num_tokens % token_slots, half = token_slots / 2;
     if (num_tokens > token_slots && past_waves > 0)
       splitk_lead = past_waves_lead(num_tokens - past_waves, past_waves, token_slots, tiles, two_rounds);
-    else if (num_tokens <= token_slots)
+    else if (num_tokens <= token_slots && !(full_short_lists && num_heads == kHeadGroup))
       splitk_lead = lead_plan(half, 2, num_tokens - half, token_slots, tiles, lead_min_tail_splits);
     if (splitk_lead.splits > 0) {
       plan.block_keys = tile;

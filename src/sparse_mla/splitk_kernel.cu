@@ -228,6 +228,9 @@
 //   v44 (plans only) lists of 2048 on fast memory in one-tile splits only while their grid fills
 //                half the SMs: 16 heads T = 2, 32 heads T = 1 in 32 two-tile splits (run 745, H200,
 //                us): T = 2 random 10.1 -> 9.6 (fp8 9.5 -> 9.2), 32 heads T = 1 9.45 -> 9.0.
+//   v45 (plans only) under the full-lists hint, 16-head lists of <= 768 in one split instead of
+//                the half-wave lead (T = 133-165; run 750, H200, us): topk 512 T = 165 random 48.9
+//                -> 39.85 (fp8 39.2 -> 34.1), T = 150 separate requests 46.25 -> 38.8.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): lead tokens in more splits filling a plan's idle slots (run

@@ -1304,6 +1304,33 @@ TEST(Planner, OneTileSplitsOnlyToHalfTheSmsForLongListsOnFastMemory) {
   }
 }
 
+// Full lists of at most 768 (min_valid_entries = topk) take no half-wave lead at 16 heads: T =
+// 134-165 run one split, on either device and in both formats. Without the hint, with a hint
+// short of full, with lists of 1000-2048 and at 32 heads the lead stays.
+TEST(Planner, FullShortListsTakeNoHalfWaveLeadAtSixteenHeads) {
+  for (KvCacheFormat f : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+    for (const DeviceInfo& dev : {kH100, kH200}) {
+      const auto plan = [&](int T, int H, int topk, int min_valid) {
+        return plan_sparse_mla(T, H, topk, dev, {}, IndexSharing::unknown, f, min_valid);
+      };
+      for (int T : {134, 150, 165}) {
+        for (int topk : {512, 768}) {
+          const SparseMlaPlan hinted = plan(T, 16, topk, topk);
+          EXPECT_EQ(hinted.kernel, SparseMlaKernel::split_k) << T << " " << topk;
+          EXPECT_EQ(hinted.lead_tokens, 0) << T << " " << topk;
+          EXPECT_EQ(hinted.splits, 1) << T << " " << topk;
+          EXPECT_EQ(hinted.launches, 1) << T << " " << topk;
+          EXPECT_EQ(hinted.workspace_bytes, 0u) << T << " " << topk;
+        }
+        EXPECT_EQ(plan(T, 16, 512, 0).lead_tokens, 132) << T;    // unhinted: the lead
+        EXPECT_EQ(plan(T, 16, 512, 511).lead_tokens, 132) << T;  // a hint short of full
+        EXPECT_EQ(plan(T, 16, 1000, 1000).lead_tokens, 132) << T;
+        EXPECT_EQ(plan(T, 16, 2048, 2048).lead_tokens, 132) << T;
+      }
+      EXPECT_EQ(plan(75, 32, 512, 512).lead_tokens, 66);
+    }
+}
+
 // SparseMlaProblem::min_valid_entries = topk (every list full) lets 16-head bf16 lists of 2048
 // on fast memory take one CTA per SM in splits of up to 16 tiles: T = 17-33 on 132 SMs. Any
 // smaller hint, the H100, fp8 and 32 heads plan as without it; T = 34 (3 splits of 22 tiles)

@@ -408,6 +408,28 @@ TEST_F(Gpu, FullListsHintAgreesEvenWhereItDoesNotHold) {
     }
 }
 
+// Full lists of 512 under the hint (min_valid_entries = topk) at 16 heads T = 150 take one split,
+// no half-wave lead (params.h kSplitKHalfWaveLeadFullListsMaxList), on any card. Random rows,
+// and runs and -1 in the middle, shorter than the hint says (allowed: a false hint costs time,
+// never correctness), agree with the reference over a bf16 cache and its fp8_ds_mla quantization.
+TEST_F(Gpu, FullShortListsOneSplitAgree) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (IndexPattern pattern : {IndexPattern::random, IndexPattern::runs, IndexPattern::padding_middle})
+    for (bool fp8 : {false, true}) {
+      HostProblem hp = make_problem(150, 16, 512, 64, 400, pattern, seed_of(150, int(pattern), 512, fp8 ? 13 : 12));
+      if (fp8) hp.to_fp8(false);
+      const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, IndexSharing::unknown,
+                                                 fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16, 512);
+      if (dev.sm_count == 132) {  // H100, H200
+        EXPECT_EQ(plan.kernel, SparseMlaKernel::split_k);
+        EXPECT_EQ(plan.splits, 1);
+        EXPECT_EQ(plan.lead_tokens, 0);
+      }
+      const Agreement a = run_and_compare(hp, &plan);
+      EXPECT_TRUE(a.ok()) << "pattern " << workload::to_string(pattern) << (fp8 ? " fp8: " : " bf16: ") << a.summary();
+    }
+}
+
 // 32 heads on fast memory at T = 5 / 8: one CTA per SM, 13 / 8 splits of 5 / 8 tiles, two CTAs
 // per token split (params.h kSplitKOneCtaPerSmHeads), the H200's plan on either card. Random
 // rows, runs of mixed length and -1 in the middle agree with the reference.
