@@ -675,7 +675,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // Past whole waves by more than half a wave (up to 2/3), 3 splits in two rounds where that
   // pays (two_rounds_rule, params.h kLeadTwoRounds*: fp8 T = 397 244.4 -> 222.5, run 470).
   LeadPlan splitk_lead;
-  const bool full_short_lists = c.full_lists && topk <= detail::kSplitKHalfWaveLeadFullListsMaxList;
+  const bool no_half_wave_lead = c.full_lists && num_heads == kHeadGroup && topk <= detail::kSplitKHalfWaveLeadFullListsMaxList;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
       topk <= SparseMlaPlan::kMaxChunk && token_slots > 0 && num_tokens > token_slots / 2) {
@@ -684,7 +684,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
     const int64_t past_waves = num_tokens % token_slots, half = token_slots / 2;
     if (num_tokens > token_slots && past_waves > 0)
       splitk_lead = past_waves_lead(num_tokens - past_waves, past_waves, token_slots, tiles, two_rounds);
-    else if (num_tokens <= token_slots && !(full_short_lists && num_heads == kHeadGroup))
+    else if (num_tokens <= token_slots && !no_half_wave_lead)
       splitk_lead = lead_plan(half, 2, num_tokens - half, token_slots, tiles, lead_min_tail_splits);
     if (splitk_lead.splits > 0) {
       plan.block_keys = tile;
