@@ -1304,6 +1304,23 @@ TEST(Planner, OneTileSplitsOnlyToHalfTheSmsForLongListsOnFastMemory) {
   }
 }
 
+// The planner takes min_valid_entries directly too: a count outside [0, topk] is refused there
+// by name, as validate() refuses it on a problem.
+TEST(Planner, MinValidEntriesOutsideZeroToTopkIsRefused) {
+  for (int n : {0, 1, 2047, 2048})
+    EXPECT_NO_THROW(plan_sparse_mla(8, 16, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::bf16, n)) << n;
+  for (int n : {-1, 2049}) {
+    try {
+      plan_sparse_mla(8, 16, 2048, kH200, {}, IndexSharing::unknown, KvCacheFormat::bf16, n);
+      ADD_FAILURE() << "no error for min_valid_entries " << n;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("min_valid_entries: must be in [0, topk = 2048], got " + std::to_string(n)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Full lists of at most 768 (min_valid_entries = topk) take no half-wave lead at 16 heads: T =
 // 134-165 run one split, on either device and in both formats. Without the hint, with a hint
 // short of full, with lists of 1000-2048 and at 32 heads the lead stays.
