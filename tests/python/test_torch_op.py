@@ -233,10 +233,12 @@ def test_min_valid_entries_hint_even_when_it_does_not_hold(pattern):
     check(dsa.sparse_mla_forward(*args, SM_SCALE, min_valid_entries=2048), reference(*args, SM_SCALE))
 
 
-def test_bad_min_valid_entries_is_a_clear_error():
+@pytest.mark.parametrize("count", [2049, -1, 2**32 + 5, -(2**32) + 5])
+def test_bad_min_valid_entries_is_a_clear_error(count):
+    # 2^32 + 5 and -2^32 + 5 would narrow to a valid 5 as a C int: the op checks the int64 first.
     args = make_inputs(T=2, seed=54)
-    with pytest.raises(RuntimeError, match=r"min_valid_entries must be in \[0, topk = 2048\]"):
-        dsa.sparse_mla_forward(*args, SM_SCALE, min_valid_entries=2049)
+    with pytest.raises(RuntimeError, match=r"min_valid_entries must be in \[0, topk = 2048\], got " + str(count)):
+        dsa.sparse_mla_forward(*args, SM_SCALE, min_valid_entries=count)
 
 
 def test_balanced_schedule_matches_the_reference_even_when_stale():
