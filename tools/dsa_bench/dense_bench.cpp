@@ -129,7 +129,7 @@ DenseResult run_case(const DenseCase& c, const DenseOptions& o, KernelTimer& tim
     r.cpu_checked = true;
     r.ok = r.ok && r.vs_cpu_ref.ok();
   }
-  r.kernel = timer.time(which, [&] { dense_attention_forward(p, r.plan, nullptr); }, 1, o.reps, o.warmup);
+  r.kernel = timer.time(which, [&] { dense_attention_forward(p, r.plan, bench_stream()); }, 1, o.reps, o.warmup);
   return r;
 }
 
@@ -174,7 +174,7 @@ int run_dense(const DenseOptions& o) {
   std::printf("device %s, %d SMs, commit %s; timer %s, L2 %s before each call, %d reps (median, min-max)\n",
               prop.name, prop.multiProcessorCount, DSA_GIT_COMMIT, to_string(which),
               o.no_flush ? "NOT flushed" : "flushed", o.reps);
-  KernelTimer timer(nullptr, !o.no_flush);
+  KernelTimer timer(bench_stream(), !o.no_flush);
   std::vector<DenseResult> results;
   for (const DenseCase& c : cases) {
     std::fprintf(stderr, "[%zu/%zu] %s\n", results.size() + 1, cases.size(), c.name.c_str());

@@ -247,7 +247,7 @@ std::string run_timeline(const SparseMlaProblem& p, const SparseMlaPlan& plan, v
   std::vector<long long> h(n, -1);
   long long* d = device_copy(h);
   DevicePtr keep(d);
-  timer.time(Timer::events, [&] { detail::sparse_mla_forward_stage(p, plan, ws, plan.workspace_bytes, nullptr, detail::kStageFull, d); }, 1, 1, 0);
+  timer.time(Timer::events, [&] { detail::sparse_mla_forward_stage(p, plan, ws, plan.workspace_bytes, bench_stream(), detail::kStageFull, d); }, 1, 1, 0);
   h = host_copy(d, n);
   long long first = -1, last = 0;
   std::vector<double> ghz;
@@ -355,7 +355,9 @@ bool barrier_gave_up(const unsigned* sink) {
 // the case's indices: {timing, splits}, or {{}, 0} where its barrier gave up (blocks not resident).
 std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T, int topk, KernelTimer& timer, Timer which,
                                     const Options& o, int sm_count, unsigned* sink) {
-  const cudaStream_t stream = nullptr;
+  // Its barrier's target comes from a host count of calls, which a graph's replays do not advance.
+  if (which == Timer::graph) return {{}, 0};
+  const cudaStream_t stream = bench_stream();
   const auto* idx = static_cast<const int32_t*>(d_idx);
   DevicePtr out(device_copy(std::vector<uint16_t>(size_t(T) * 16 * kCkvDim)));
   DevicePtr arrivals(device_copy(std::vector<unsigned>(size_t(T))));
@@ -388,8 +390,8 @@ std::pair<Timing, int> output_floor(const Cache& cache, const void* d_idx, int T
 // blocks not resident).
 std::pair<Timing, int> per_token_floor(const Cache& cache, const void* d_idx, int most_valid, int T, int topk,
                                        KernelTimer& timer, Timer which, const Options& o, int sm_count, unsigned* sink) {
-  if (topk > 2048) return {{}, 0};
-  const cudaStream_t stream = nullptr;
+  if (topk > 2048 || which == Timer::graph) return {{}, 0};  // graph: as output_floor's barrier
+  const cudaStream_t stream = bench_stream();
   std::vector<int> candidates;  // rows per split
   for (int rows = 32; rows <= 2048; rows *= 2) {
     if (rows > 32 && rows / 2 >= most_valid) break;  // the same splits as rows / 2
@@ -534,7 +536,7 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
   void* ws = nullptr;
   DSA_CUDA_CHECK(cudaMalloc(&ws, std::max<size_t>(res.plan.workspace_bytes, 16)));
   DevicePtr d_ws(ws);
-  cudaStream_t stream = nullptr;
+  const cudaStream_t stream = bench_stream();
   // A balanced plan's schedule, made once from the case's indices as an engine makes it once
   // per decode step (outside every timed call).
   DevicePtr d_schedule;
@@ -958,12 +960,12 @@ int run(const Options& o) {
               o.no_flush ? "NOT flushed" : "flushed", o.reps, o.kv == "fp8" ? "fp8_ds_mla (656-byte rows; the floors read them)" : "bf16",
               o.sharing == "auto" ? "auto (consecutive for shared-prefix cases, else unknown)" : o.sharing.c_str());
 
-  KernelTimer timer(nullptr, !o.no_flush);
+  KernelTimer timer(bench_stream(), !o.no_flush);
   // Fixed costs no kernel of this shape can avoid: an empty launch, and one that asks for the
   // shared memory of the split-K kernel (after the L2-flushing memset the SM must re-carve L1).
-  const double empty_us = timer.time(which, [] { launch_empty(64, 0, nullptr); }, 1, o.reps, o.warmup).median_us;
+  const double empty_us = timer.time(which, [] { launch_empty(64, 0, bench_stream()); }, 1, o.reps, o.warmup).median_us;
   const double empty_smem_us =
-      timer.time(which, [] { launch_empty(64, 100 * 1024, nullptr); }, 1, o.reps, o.warmup).median_us;
+      timer.time(which, [] { launch_empty(64, 100 * 1024, bench_stream()); }, 1, o.reps, o.warmup).median_us;
   std::printf("launch floor: empty kernel %.1f us, with 100 KB shared memory %.1f us (64 blocks)\n", empty_us,
               empty_smem_us);
   std::map<std::pair<int, int>, std::unique_ptr<Cache>> caches;
@@ -987,7 +989,7 @@ int run(const Options& o) {
         unsigned* sink = nullptr;
         DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&sink), 64));
         const size_t bytes = cache->rows() * kCkvDim * 2;
-        const Timing t = timer.time(Timer::events, [&] { launch_stream_read(cache->ckv, bytes, prop.multiProcessorCount, sink, nullptr); },
+        const Timing t = timer.time(Timer::events, [&] { launch_stream_read(cache->ckv, bytes, prop.multiProcessorCount, sink, bench_stream()); },
                                     1, 10, 2);
         stream_gbs = bytes / (t.median_us * 1e-6) / 1e9;
         cudaFree(sink);
@@ -1122,12 +1124,12 @@ int run_inspect(const Options& o, int tokens_shown) {
       DevicePtr d_counts = device_alloc(2 * sizeof(long long));
       const auto probe = [&] {
         sample_group_sharing(static_cast<const int32_t*>(d_idx.get()), s.num_tokens, s.topk, s.topk, rows,
-                             kInspectSampledGroups, static_cast<long long*>(d_counts.get()), nullptr);
+                             kInspectSampledGroups, static_cast<long long*>(d_counts.get()), bench_stream());
       };
       DSA_CUDA_CHECK(cudaMemset(d_counts.get(), 0, 2 * sizeof(long long)));
       probe();
       const std::vector<long long> counts = host_copy(static_cast<const long long*>(d_counts.get()), 2);
-      KernelTimer timer(nullptr, !o.no_flush);
+      KernelTimer timer(bench_stream(), !o.no_flush);
       const Timing t = timer.time(parse_timer(o.timer), probe, 1, o.reps, o.warmup);
       std::printf("; on the device (sample_group_sharing) %.1f%% in %.1f us (%s, median of %d)",
                   counts[1] > 0 ? 100.0 * double(counts[0]) / double(counts[1]) : 100.0, t.median_us, to_string(t.timer), t.reps);
@@ -1221,7 +1223,7 @@ void plot(const std::vector<Result>& results, const std::string& png) {
 
 // The timing flags of the sparse command and of `dense`, registered the same way for both.
 static void add_timing_flags(CLI::App& app, dsa::bench::TimingOptions& o) {
-  app.add_option("--timer", o.timer, "cupti (kernel span), events, graph")->check(CLI::IsMember({"cupti", "events", "graph"}));
+  app.add_option("--timer", o.timer, "cupti (kernel span), events, graph (calls replayed from a CUDA graph; the output and per-token floors are not measured)")->check(CLI::IsMember({"cupti", "events", "graph"}));
   app.add_option("--reps", o.reps, "timed calls per case")->check(CLI::Range(3, 100000));
   app.add_option("--warmup", o.warmup, "untimed calls first")->check(CLI::Range(0, 1000));
   app.add_flag("--no-flush", o.no_flush, "do not flush the L2 before each call");

@@ -76,6 +76,15 @@ const char* to_string(Timer t) {
   return "?";
 }
 
+cudaStream_t bench_stream() {
+  static const cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    DSA_CUDA_CHECK(cudaStreamCreate(&s));  // blocking: ordered with the legacy stream (timing.h)
+    return s;
+  }();
+  return stream;
+}
+
 KernelTimer::KernelTimer(cudaStream_t stream, bool flush_l2) : stream_(stream), flush_l2_(flush_l2) {
   DSA_CUDA_CHECK(cudaMalloc(&flush_buf_, kFlushBytes));
   DSA_CUDA_CHECK(cudaEventCreate(&e0_));

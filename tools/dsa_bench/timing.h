@@ -38,6 +38,12 @@ struct Timing {
   std::vector<std::string> kernel_names;
 };
 
+// The stream dsa-bench issues its timed calls, their timers and their set-up on: a stream it
+// created, since the legacy default stream (nullptr) cannot be captured into a CUDA graph
+// (--timer graph: cudaStreamBeginCapture fails on it with cudaErrorStreamCaptureUnsupported). It
+// is a blocking stream, so work still issued on the legacy stream stays ordered with it.
+cudaStream_t bench_stream();
+
 class KernelTimer {
  public:
   KernelTimer(cudaStream_t stream, bool flush_l2);
