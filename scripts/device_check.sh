@@ -68,6 +68,9 @@ fi
 [ "$PARTS" = tests ] && exit 0
 echo "== dsa-bench --suite $SUITE --stage all $*"
 "$BUILD"/tools/dsa-bench --suite "$SUITE" --stage all --json "$OUT/bench.json" --csv "$OUT/bench.csv" "$@" 2>/dev/null | tee "$OUT/bench.log"
+echo "== every dsa-bench option once (scripts/bench_options_check.sh, ~25 s)"
+bash scripts/bench_options_check.sh "$BUILD"/tools/dsa-bench > "$OUT/bench_options.log" 2>&1
+echo "rc=$? $(grep -E '^FAILED|ran clean' "$OUT/bench_options.log" | tr '\n' ' ')"
 echo "== dsa-bench dense --suite targets"
 "$BUILD"/tools/dsa-bench dense --suite targets --json "$OUT/dense.json" 2>/dev/null | tee "$OUT/dense.log"
 if [ -f .peers/dense_peers.py ]; then
