@@ -1223,7 +1223,7 @@ void plot(const std::vector<Result>& results, const std::string& png) {
 
 // The timing flags of the sparse command and of `dense`, registered the same way for both.
 static void add_timing_flags(CLI::App& app, dsa::bench::TimingOptions& o) {
-  app.add_option("--timer", o.timer, "cupti (kernel span), events, graph (calls replayed from a CUDA graph; the output and per-token floors are not measured)")->check(CLI::IsMember({"cupti", "events", "graph"}));
+  app.add_option("--timer", o.timer, "cupti (kernel span), events, graph (calls replayed from a CUDA graph; the sparse output and per-token floors are then not measured)")->check(CLI::IsMember({"cupti", "events", "graph"}));
   app.add_option("--reps", o.reps, "timed calls per case")->check(CLI::Range(3, 100000));
   app.add_option("--warmup", o.warmup, "untimed calls first")->check(CLI::Range(0, 1000));
   app.add_flag("--no-flush", o.no_flush, "do not flush the L2 before each call");
