@@ -623,12 +623,12 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // kSplitKOneCtaPerSmMaxTilesFullLists, kSplitKOneCtaPerSmFullListsAlso); at 16 heads two to an
   // SM, 8-tile splits rather than 7 (kSplitKNotSevenTiles).
   const bool sixteen_heads = num_heads == kHeadGroup;
-  const bool full_list_rule = sixteen_heads && c.full_lists;
+  const bool sixteen_heads_full_lists = sixteen_heads && c.full_lists;  // the caller's hint (min_valid_entries = topk)
   if (c.fast_memory && !fp8 && num_heads <= detail::kSplitKOneCtaPerSmHeads &&
-      (topk == detail::kSplitKOneCtaPerSmList || (full_list_rule && topk == detail::kSplitKOneCtaPerSmFullListsAlso)) &&
+      (topk == detail::kSplitKOneCtaPerSmList || (sixteen_heads_full_lists && topk == detail::kSplitKOneCtaPerSmFullListsAlso)) &&
       base_ctas * splits > dev.sm_count) {
     const int64_t fit = dev.sm_count / base_ctas;
-    const int64_t max_tiles = full_list_rule ? detail::kSplitKOneCtaPerSmMaxTilesFullLists : detail::kSplitKOneCtaPerSmMaxTiles;
+    const int64_t max_tiles = sixteen_heads_full_lists ? detail::kSplitKOneCtaPerSmMaxTilesFullLists : detail::kSplitKOneCtaPerSmMaxTiles;
     if (fit > min_splits && ceil_div(list_tiles, fit) <= max_tiles) {
       const int64_t fit_splits = whole_tile_splits(list_tiles, fit);
       // Not where a quarter of the SMs would idle (lists of 1024 at T = 45-49: 2 splits, 90-98 CTAs).
@@ -675,7 +675,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // Past whole waves by more than half a wave (up to 2/3), 3 splits in two rounds where that
   // pays (two_rounds_rule, params.h kLeadTwoRounds*: fp8 T = 397 244.4 -> 222.5, run 470).
   LeadPlan splitk_lead;
-  const bool no_half_wave_lead = c.full_lists && num_heads == kHeadGroup && topk <= detail::kSplitKHalfWaveLeadFullListsMaxList;
+  const bool no_half_wave_lead = sixteen_heads_full_lists && topk <= detail::kSplitKHalfWaveLeadFullListsMaxList;
   const int64_t token_slots = split_k_slots / (num_heads / kHeadGroup);  // tokens in a wave of one split
   if (choice.splits == 0 && choice.block_keys == 0 && choice.fused_rows >= 0 && topk >= detail::kSplitKTailMinList &&
       topk <= SparseMlaPlan::kMaxChunk && token_slots > 0 && num_tokens > token_slots / 2) {
