@@ -34,7 +34,7 @@ check() {  # check NAME ARGS...: one run of dsa-bench ARGS
 small=(--shape H16-T1-k2048-random,H16-T8-k2048-runs --reps 3 --warmup 1)
 check smoke --suite smoke --reps 3
 check timer_events "${small[@]}" --timer events
-check timer_graph "${small[@]}" --timer graph
+check timer_graph --shape H16-T1-k2048-random,H16-T64-k2048-random,H64-T4-k2048-random --reps 3 --timer graph  # split-K and shared rows, with the gather floor
 check outputs "${small[@]}" --json "$dir/out.json" --csv "$dir/out.csv" --plot "$dir/out.png"
 check fp8 "${small[@]}" --kv fp8
 check stage_all -T 64 --pattern random --heads 16 --stage all --reps 3 --kernel-only
