@@ -9,6 +9,10 @@ torch.ops.dsa.sparse_mla_forward_out(..., sm_scale, out, lse, index_sharing="unk
                                        writes caller buffers
 torch.ops.dsa.sparse_mla_schedule(sparse_indices, ckv_cache, num_heads, topk_length=None) -> schedule (uint8)
                                        a balanced forward's schedule, once per decode step
+dsa.sparse_mla_forward_joined(q, kv_cache, sparse_indices, sm_scale, ...) -> (out, lse)
+                                       the same forward on the joined layouts engines keep
+                                       (q [T, H, 576], the cache's rows ckv | kpe in one row);
+                                       dsa.split_joined_layout gives the views it passes on
 
 Shapes: q_nope [T, H, 512] bf16, q_pe [T, H, 64] bf16, ckv_cache [pages, page_size, 512] bf16,
 kpe_cache [pages, page_size, 64] bf16, or an FP8 cache in DeepSeek-V3.2's layout (fp8_ds_mla):
@@ -41,7 +45,7 @@ import torch
 
 from . import _C  # noqa: F401  (registers torch.ops.dsa.*)
 
-__all__ = ["sparse_mla_forward", "sparse_mla_schedule", "run"]
+__all__ = ["sparse_mla_forward", "sparse_mla_forward_joined", "split_joined_layout", "sparse_mla_schedule", "run"]
 
 
 def sparse_mla_schedule(sparse_indices, ckv_cache, num_heads, *, topk_length=None):
@@ -69,6 +73,45 @@ def sparse_mla_forward(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_sc
     torch.ops.dsa.sparse_mla_forward_out(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, float(sm_scale), out, lse,
                                          index_sharing, schedule, topk_length, int(min_valid_entries))
     return out, lse
+
+
+def split_joined_layout(q, kv_cache, sparse_indices):
+    """Views of the joined layouts vLLM and FlashMLA keep as this library's separate arguments:
+    q [T, H, 576] bf16 (each head's nope | rope values in one row) -> q_nope, q_pe; kv_cache with
+    each row's ckv | kpe in one row, bf16 [pages, page_size, 576] -> ckv_cache, kpe_cache, or
+    fp8_ds_mla [pages, page_size, 656] (uint8 / float8_e4m3fn) -> itself, None. FlashMLA's
+    dimension of one KV head is accepted too: kv_cache [pages, page_size, 1, D], sparse_indices
+    [T, 1, topk]. Nothing is copied. Returns (q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices);
+    the last three also serve sparse_mla_schedule."""
+    if q.dim() != 3 or q.shape[-1] != 576:
+        raise ValueError(f"dsa.split_joined_layout: q must be [T, H, 576] (nope | rope), got {list(q.shape)}")
+    if kv_cache.dim() == 4:
+        if kv_cache.shape[2] != 1:
+            raise ValueError("dsa.split_joined_layout: a 4-dimensional kv_cache must be [pages, page_size, 1, D] "
+                             f"(one KV head), got {list(kv_cache.shape)}")
+        kv_cache = kv_cache.select(2, 0)
+    if sparse_indices.dim() == 3:
+        if sparse_indices.shape[1] != 1:
+            raise ValueError("dsa.split_joined_layout: 3-dimensional sparse_indices must be [T, 1, topk] "
+                             f"(one KV head), got {list(sparse_indices.shape)}")
+        sparse_indices = sparse_indices.select(1, 0)
+    fp8 = kv_cache.dtype in (torch.uint8, torch.float8_e4m3fn)
+    if kv_cache.dim() != 3 or kv_cache.shape[-1] != (656 if fp8 else 576):
+        raise ValueError("dsa.split_joined_layout: kv_cache must be [pages, page_size, 576] bf16 (ckv | kpe) or "
+                         f"[pages, page_size, 656] uint8 / float8_e4m3fn (fp8_ds_mla), got {list(kv_cache.shape)} "
+                         f"{kv_cache.dtype}")
+    ckv_cache, kpe_cache = (kv_cache, None) if fp8 else (kv_cache[..., :512], kv_cache[..., 512:])
+    return q[..., :512], q[..., 512:], ckv_cache, kpe_cache, sparse_indices
+
+
+def sparse_mla_forward_joined(q, kv_cache, sparse_indices, sm_scale, **kwargs):
+    """sparse_mla_forward on the joined layouts (split_joined_layout): it plans and computes
+    exactly what sparse_mla_forward does on separate tensors. kwargs are sparse_mla_forward's
+    (out=, lse=, index_sharing=, schedule=, topk_length=, min_valid_entries=). Returns (out, lse)
+    in this library's terms: lse in base 2, -inf for a token with no valid index (FlashMLA's
+    current reference returns the natural log, +inf there, and a max_logits this library does
+    not compute)."""
+    return sparse_mla_forward(*split_joined_layout(q, kv_cache, sparse_indices), sm_scale, **kwargs)
 
 
 def run(q_nope, q_pe, ckv_cache, kpe_cache, sparse_indices, sm_scale):

@@ -117,6 +117,74 @@ def test_non_contiguous_q():
     check(dsa.sparse_mla_forward(qn, qp, ckv, kpe, idx, SM_SCALE), reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE))
 
 
+# ---- the joined layouts engines keep (vLLM, FlashMLA): q [T, H, 576], rows ckv | kpe in one row ----
+@pytest.mark.parametrize("H,T,cache_dims,index_dims", [(16, 5, 3, 2), (16, 600, 4, 3), (64, 3, 4, 2), (128, 2, 3, 3)])
+def test_joined_layouts_give_the_split_calls_bits(H, T, cache_dims, index_dims):
+    # Split-K (T = 5, 64 / 128 heads) and shared rows (T = 600 consecutive at 16 heads, Q by TMA at
+    # 64 / 128 heads) over strided views of one q and one cache: the same plan, so the same bits.
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=T, H=H, num_pages=16 if T > 100 else 64, pattern="middle", seed=81 + H)
+    q, kv = torch.cat([q_nope, q_pe], -1), torch.cat([ckv, kpe], -1)
+    kv = kv.unsqueeze(2) if cache_dims == 4 else kv
+    joined_idx = idx.unsqueeze(1) if index_dims == 3 else idx
+    sharing = "consecutive" if T > 100 else "unknown"
+    want = dsa.sparse_mla_forward(q_nope, q_pe, ckv, kpe, idx, SM_SCALE, index_sharing=sharing)
+    got = dsa.sparse_mla_forward_joined(q, kv, joined_idx, SM_SCALE, index_sharing=sharing)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    check(got, reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE))
+
+
+def test_joined_fp8_cache_with_a_schedule_and_out_buffers():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=9, H=16, pattern="run", seed=83)
+    cache, dequantized = to_fp8_ds_mla(ckv, kpe, torch.float8_e4m3fn)
+    q, kv = torch.cat([q_nope, q_pe], -1), cache.unsqueeze(2)  # FlashMLA's [pages, page_size, 1, 656]
+    _, _, sched_cache, kpe_view, sched_idx = dsa.split_joined_layout(q, kv, idx.unsqueeze(1))
+    assert kpe_view is None and sched_cache.data_ptr() == cache.data_ptr() and sched_idx.dim() == 2
+    sched = dsa.sparse_mla_schedule(sched_idx, sched_cache, 16)
+    out = torch.full((9, 16, 512), float("nan"), dtype=torch.bfloat16, device=DEV)
+    got = dsa.sparse_mla_forward_joined(q, kv, idx.unsqueeze(1), SM_SCALE, out=out, schedule=sched)
+    assert got[0].data_ptr() == out.data_ptr()
+    check(got, reference(q_nope, q_pe, dequantized, kpe, idx, SM_SCALE))
+
+
+def test_joined_layouts_in_torch_compile_and_a_cuda_graph():
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=2, seed=84)
+    q, kv = torch.cat([q_nope, q_pe], -1), torch.cat([ckv, kpe], -1)
+    ref = reference(q_nope, q_pe, ckv, kpe, idx, SM_SCALE)
+
+    @torch.compile(fullgraph=True)
+    def f(q, kv, idx):
+        out, lse = dsa.sparse_mla_forward_joined(q, kv, idx, SM_SCALE)
+        return out * 2, lse + 1
+
+    out2, lse1 = f(q, kv, idx)
+    check((out2 / 2, lse1 - 1), ref)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = dsa.sparse_mla_forward_joined(q, kv, idx, SM_SCALE)
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check((out, lse), ref)
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda a: a.__setitem__(0, a[0][..., :575]), r"q must be \[T, H, 576\]"),
+    (lambda a: a.__setitem__(0, a[0].reshape(-1, 576)), r"q must be \[T, H, 576\]"),
+    (lambda a: a.__setitem__(1, a[1][..., :512]), r"kv_cache must be \[pages, page_size, 576\] bf16"),
+    (lambda a: a.__setitem__(1, torch.stack([a[1]] * 2, 2)), r"\[pages, page_size, 1, D\] \(one KV head\)"),
+    (lambda a: a.__setitem__(1, a[1].view(torch.uint8)), "656"),
+    (lambda a: a.__setitem__(2, torch.stack([a[2]] * 2, 1)), r"\[T, 1, topk\] \(one KV head\)"),
+    (lambda a: a.__setitem__(2, a[2].long()), "sparse_indices must be Int"),  # the op's own check, after the views
+])
+def test_joined_layout_errors_are_clear(mutate, message):
+    q_nope, q_pe, ckv, kpe, idx = make_inputs(T=2, seed=85)
+    args = [torch.cat([q_nope, q_pe], -1), torch.cat([ckv, kpe], -1), idx]
+    mutate(args)
+    with pytest.raises((ValueError, RuntimeError), match=message):
+        dsa.sparse_mla_forward_joined(*args, SM_SCALE)
+
+
 def test_indices_sliced_to_their_valid_length():
     # Left-packed lists (contexts shorter than topk): a caller passes sparse_indices[:, :L], a view
     # with the full row stride. Positions past L hold valid-looking rows that must not be read.
