@@ -37,6 +37,7 @@ check timer_events "${small[@]}" --timer events
 check timer_graph --shape H16-T1-k2048-random,H16-T64-k2048-random,H64-T4-k2048-random --reps 3 --timer graph  # split-K and shared rows, with the gather floor
 check outputs "${small[@]}" --json "$dir/out.json" --csv "$dir/out.csv" --plot "$dir/out.png"
 check fp8 "${small[@]}" --kv fp8
+check cache_joined --shape H16-T1-k2048-random,H16-T8-k2048-runs,H64-T4-k2048-random --cache-layout joined --reps 3  # split-K and shared rows on ckv | kpe rows, with the floors
 check stage_all -T 64 --pattern random --heads 16 --stage all --reps 3 --kernel-only
 check timeline -T 1 --pattern random --timeline --timeline-csv "$dir/timeline.csv" --warm-code --reps 3 --kernel-only
 check warm_tlb -T 1 --warm-tlb --reps 3 --kernel-only

@@ -39,11 +39,11 @@ __device__ __forceinline__ unsigned load_row(const CacheRows& cache, int row, in
     }
     return acc;
   }
-  const uint4* c = static_cast<const uint4*>(cache.ckv) + static_cast<int64_t>(row) * 64;
+  const uint4* c = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(row) * cache.ckv_row_bytes);
   const uint4 a = load_16<kL2Only>(c + lane), b = load_16<kL2Only>(c + lane + 32);
   unsigned acc = a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w;
   if (lane < 8) {
-    const uint4 p = load_16<kL2Only>(static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(row) * 8 + lane);
+    const uint4 p = load_16<kL2Only>(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(cache.kpe) + static_cast<int64_t>(row) * cache.kpe_row_bytes) + lane);
     acc ^= p.x ^ p.y ^ p.z ^ p.w;
   }
   return acc;
@@ -86,11 +86,13 @@ __device__ __forceinline__ unsigned xor_rows(const CacheRows& cache, int begin, 
     for (int j = 0; j < kRowsInFlight; ++j) {
       const int r = __shfl_sync(~0u, mine, j);
       const bool ok = detail::names_a_row(r, num_rows);
-      const uint8_t* base = static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(ok ? r : 0) * (fp8 ? cache.fp8_row_bytes : 1024);
+      const uint8_t* base = static_cast<const uint8_t*>(cache.ckv) + static_cast<int64_t>(ok ? r : 0) * (fp8 ? cache.fp8_row_bytes : cache.ckv_row_bytes);
       const uint4* c = reinterpret_cast<const uint4*>(base);
       v[j][0] = ptx::ld_v4_or_zero<kPath>(ok, c + lane);
       v[j][1] = ptx::ld_v4_or_zero<kPath>(ok && (!fp8 || lane < kFp8RowBytes / 16 - 32), c + 32 + lane);
-      const uint4* p = fp8 ? c : static_cast<const uint4*>(cache.kpe) + static_cast<int64_t>(ok ? r : 0) * 8 + lane;
+      const uint4* p = fp8 ? c
+                           : reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(cache.kpe) +
+                                                            static_cast<int64_t>(ok ? r : 0) * cache.kpe_row_bytes) + lane;
       v[j][2] = ptx::ld_v4_or_zero<kPath>(ok && !fp8 && lane < 8, p);
     }
 #pragma unroll

@@ -15,6 +15,8 @@ struct CacheRows {
   const void* ckv = nullptr;  // bf16 [rows, 512], or the fp8_ds_mla rows
   const void* kpe = nullptr;  // bf16 [rows, 64]; null for fp8_ds_mla
   int fp8_row_bytes = 0;      // > 0: fp8_ds_mla rows at this stride (a multiple of 16)
+  int ckv_row_bytes = 1024;   // bf16 row strides: packed, or 1152 both for joined ckv | kpe rows
+  int kpe_row_bytes = 128;
 };
 
 // The floors' two loop shapes, by the rows a warp has in flight at once: one (shared/peers/

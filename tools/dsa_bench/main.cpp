@@ -80,6 +80,7 @@ struct Options : TimingOptions {
   bool host_overhead = false;  // host time of plan + forward, enqueue only
   bool kernel_only = false;    // verify and time the kernels, no floors (sweeps of many cases)
   std::string kv = "bf16";  // the cache format: bf16, or fp8 (KvCacheFormat::fp8_ds_mla, quantized from the bf16 cache)
+  std::string cache_layout = "separate";  // bf16: ckv and kpe arrays, or "joined" ckv | kpe rows (vLLM's, FlashMLA's)
   std::vector<int> union_groups;  // --union-floor: group sizes G for the union floor
   std::string workload_path;  // FlashInfer-Bench JSONL instead of a suite
   std::string export_dir;     // write the selected cases as FlashInfer-Bench workloads and exit
@@ -176,37 +177,63 @@ struct Result {
 };
 
 // A KV cache on the device for one (num_pages, page_size), filled once; host copy on demand.
-// With --kv fp8 the kernels and floors read fp8_ds_mla rows quantized from the bf16 cache.
+// With --kv fp8 the kernels and floors read fp8_ds_mla rows quantized from the bf16 cache. With
+// --cache-layout joined the bf16 cache is one array of ckv | kpe rows (1152 B, the layout vLLM and
+// FlashMLA keep): ckv and kpe point into it, and the kernels and floors read it at that stride.
 struct Cache {
   int num_pages = 0, page_size = 0;
   uint16_t* ckv = nullptr;
   uint16_t* kpe = nullptr;
+  uint16_t* joined = nullptr;  // joined layout: the one [rows, 576] array (ckv and kpe point into it)
   uint8_t* fp8 = nullptr;  // fp8_ds_mla rows, or null
-  std::vector<uint16_t> host_ckv, host_kpe;
+  std::vector<uint16_t> host_ckv, host_kpe;  // packed, whichever the device layout
   std::vector<uint8_t> host_fp8;
   int64_t rows() const { return int64_t(num_pages) * page_size; }
+  int64_t ckv_stride() const { return joined ? kCkvDim + kKpeDim : kCkvDim; }  // elements
+  int64_t kpe_stride() const { return joined ? kCkvDim + kKpeDim : kKpeDim; }
   ~Cache() {
-    cudaFree(ckv);
-    cudaFree(kpe);
+    if (joined != nullptr) {
+      cudaFree(joined);
+    } else {
+      cudaFree(ckv);
+      cudaFree(kpe);
+    }
     cudaFree(fp8);
+  }
+  void allocate_bf16(bool joined_rows, uint64_t seed) {
+    if (joined_rows) {
+      DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&joined), rows() * (kCkvDim + kKpeDim) * 2));
+      launch_fill_normal_bf16(joined, rows() * (kCkvDim + kKpeDim), 0.5f, seed, nullptr);
+      ckv = joined, kpe = joined + kCkvDim;
+      return;
+    }
+    DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ckv), rows() * kCkvDim * 2));
+    DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&kpe), rows() * kKpeDim * 2));
+    launch_fill_normal_bf16(ckv, rows() * kCkvDim, 0.5f, seed, nullptr);
+    launch_fill_normal_bf16(kpe, rows() * kKpeDim, 0.5f, seed + 1, nullptr);
   }
   void fetch_host() {
     if (!host_ckv.empty()) return;
     host_ckv.resize(rows() * kCkvDim);
     host_kpe.resize(rows() * kKpeDim);
-    DSA_CUDA_CHECK(cudaMemcpy(host_ckv.data(), ckv, host_ckv.size() * 2, cudaMemcpyDeviceToHost));
-    DSA_CUDA_CHECK(cudaMemcpy(host_kpe.data(), kpe, host_kpe.size() * 2, cudaMemcpyDeviceToHost));
+    DSA_CUDA_CHECK(cudaMemcpy2D(host_ckv.data(), kCkvDim * 2, ckv, ckv_stride() * 2, kCkvDim * 2, rows(), cudaMemcpyDeviceToHost));
+    DSA_CUDA_CHECK(cudaMemcpy2D(host_kpe.data(), kKpeDim * 2, kpe, kpe_stride() * 2, kKpeDim * 2, rows(), cudaMemcpyDeviceToHost));
     if (fp8 != nullptr) {
       host_fp8.resize(rows() * kFp8RowBytes);
       DSA_CUDA_CHECK(cudaMemcpy(host_fp8.data(), fp8, host_fp8.size(), cudaMemcpyDeviceToHost));
     }
   }
-  CacheRows floor_rows() const { return fp8 ? CacheRows{fp8, nullptr, kFp8RowBytes} : CacheRows{ckv, kpe, 0}; }
-  // The problem's cache pointers and format (host copies with `host`).
+  CacheRows floor_rows() const {
+    return fp8 ? CacheRows{fp8, nullptr, kFp8RowBytes}
+               : CacheRows{ckv, kpe, 0, static_cast<int>(ckv_stride() * 2), static_cast<int>(kpe_stride() * 2)};
+  }
+  // The problem's cache pointers, strides and format (host copies, packed, with `host`).
   void point(SparseMlaProblem& p, bool host) const {
     p.kv_format = fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16;
     p.ckv_cache = fp8 ? (host ? static_cast<const void*>(host_fp8.data()) : fp8) : (host ? host_ckv.data() : static_cast<const void*>(ckv));
     p.kpe_cache = fp8 ? nullptr : host ? host_kpe.data() : static_cast<const void*>(kpe);
+    p.ckv_row_stride = fp8 || host ? 0 : ckv_stride();
+    p.kpe_row_stride = fp8 || host ? 0 : kpe_stride();
   }
 };
 
@@ -631,8 +658,8 @@ Result run_case(const BenchCase& c, Cache& cache, KernelTimer& timer, Timer whic
     if (cache.fp8 != nullptr) {
       r.add(cache.fp8, size_t(cache.rows()) * kFp8RowBytes);
     } else {
-      r.add(cache.ckv, size_t(cache.rows()) * kCkvDim * 2);
-      r.add(cache.kpe, size_t(cache.rows()) * kKpeDim * 2);
+      r.add(cache.ckv, size_t(cache.rows()) * cache.ckv_stride() * 2);
+      if (cache.joined == nullptr) r.add(cache.kpe, size_t(cache.rows()) * kKpeDim * 2);
     }
     r.add(d_qn.get(), q_nope.size() * 2);
     r.add(d_qp.get(), q_pe.size() * 2);
@@ -957,7 +984,10 @@ int run(const Options& o) {
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, sm_clock_khz / 1000, mem_clock_khz / 1000,
               DeviceInfo::from_device(0).memory_bandwidth_gbs, driver, runtime, DSA_GIT_COMMIT);
   std::printf("timer %s, L2 %s before each call, %d reps (median, min-max), KV cache %s, index_sharing %s\n", to_string(which),
-              o.no_flush ? "NOT flushed" : "flushed", o.reps, o.kv == "fp8" ? "fp8_ds_mla (656-byte rows; the floors read them)" : "bf16",
+              o.no_flush ? "NOT flushed" : "flushed", o.reps,
+              o.kv == "fp8"                   ? "fp8_ds_mla (656-byte rows; the floors read them)"
+              : o.cache_layout == "joined" ? "bf16, joined ckv | kpe rows (1152 B; the floors read them)"
+                                           : "bf16",
               o.sharing == "auto" ? "auto (consecutive for shared-prefix cases, else unknown)" : o.sharing.c_str());
 
   KernelTimer timer(bench_stream(), !o.no_flush);
@@ -977,10 +1007,7 @@ int run(const Options& o) {
       cache = std::make_unique<Cache>();
       cache->num_pages = c.indices.num_pages;
       cache->page_size = c.indices.page_size;
-      DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->ckv), cache->rows() * kCkvDim * 2));
-      DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->kpe), cache->rows() * kKpeDim * 2));
-      launch_fill_normal_bf16(cache->ckv, cache->rows() * kCkvDim, 0.5f, o.seed + 3, nullptr);
-      launch_fill_normal_bf16(cache->kpe, cache->rows() * kKpeDim, 0.5f, o.seed + 4, nullptr);
+      cache->allocate_bf16(o.cache_layout == "joined", o.seed + 3);
       if (o.kv == "fp8") {
         DSA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&cache->fp8), cache->rows() * kFp8RowBytes));
         launch_quantize_fp8_ds_mla(cache->ckv, cache->kpe, cache->rows(), cache->fp8, nullptr);
@@ -1301,6 +1328,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv", o.kv, "KV cache format: bf16, or fp8 (fp8_ds_mla rows of 656 B quantized from the bf16 cache; "
                                "the floors read those rows)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_option("--cache-layout", o.cache_layout,
+                 "bf16 cache layout: separate (ckv [rows, 512] and kpe [rows, 64] arrays), or joined (one array of "
+                 "ckv | kpe rows of 1152 B, as vLLM and FlashMLA keep it; the floors read it too)")
+      ->check(CLI::IsMember({"separate", "joined"}));
   app.add_option("--union-floor", o.union_groups,
                  "also time the union floor for these group sizes (comma-separated): each group of G consecutive tokens "
                  "reads the union of its rows once")
@@ -1370,6 +1401,8 @@ int main(int argc, char** argv) {
     if (o.warm_tlb && o.timer != "cupti") throw dsa::Error("--warm-tlb: needs --timer cupti, got " + o.timer);
     if (o.warm_tlb && o.warm_code) throw dsa::Error("--warm-tlb and --warm-code: pick one");
     if (o.kernel_starts && o.timer != "cupti") throw dsa::Error("--kernel-starts: needs --timer cupti, got " + o.timer);
+    if (o.cache_layout == "joined" && o.kv == "fp8")
+      throw dsa::Error("--cache-layout joined: for a bf16 cache only (fp8_ds_mla rows hold their kpe values already)");
     if (*dense) return dsa::bench::run_dense(dense_o);
     if (*wgmma) return dsa::bench::run_wgmma_probe();
     if (*gather) return dsa::bench::run_gather_probe(gather_tokens, gather_reps, gather_timer);
