@@ -210,6 +210,7 @@ struct PlannerContext {
   const DeviceInfo& dev;
   IndexSharing sharing;
   bool full_lists;               // SparseMlaProblem::min_valid_entries >= topk: every list is full
+  int min_valid_entries;         // SparseMlaProblem::min_valid_entries (0: unknown)
   bool fp8;
   int64_t split_k_slots;         // split-K's CTAs per wave: two per SM
   int shared_rows_tiles;         // union tiles of a full list
@@ -706,10 +707,16 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // -1 padding of an indexer with fewer candidates than topk) is finished by its first split
   // alone. That CTA does no more tile work than any split of the plan, and the token needs no
   // partials and no merge: T=1 with 2 valid rows 9.0 -> 5.6 us, T=16 with 100 each 19.8 -> 14.0,
-  // full lists unchanged (docs/perf.md runs 83-84).
+  // full lists unchanged (docs/perf.md runs 83-84). Not where the caller's hint says every list
+  // holds more valid entries than a chunk (min_valid_entries > chunk): no token could fuse, and
+  // without them each split loads and compacts only its own chunk of the list and the combine
+  // counts nothing (run 762, H200, full lists at T = 1-64: bf16 -1.9 to +0.9 %, fp8 T = 4-16
+  // -1.5 to -4.7 %).
   const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
   check_fused_rows_choice(choice, fusable);
-  plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
+  const bool hint_rules_out_fusing = c.min_valid_entries > plan.chunk;
+  plan.fused_rows =
+      choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable && !hint_rules_out_fusing ? plan.chunk : 0);
   if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk), fp8) >
       dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");
@@ -789,7 +796,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = split_k_lead_min_tail_splits = std::atoi(e);  // what-if builds only
 #endif
-  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, min_valid_entries >= topk, fp8, 2 * int64_t{dev.sm_count},
+  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, min_valid_entries >= topk, min_valid_entries, fp8, 2 * int64_t{dev.sm_count},
                          static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, fast_memory),
                          lead_min_tail_splits, split_k_lead_min_tail_splits, eighths, fast_memory};
   const SharedRowsPick pick = pick_shared_rows(c);

@@ -1404,6 +1404,32 @@ TEST(Planner, FullListsHintTakesOneCtaPerSmToSixteenTiles) {
   EXPECT_THROW(plan(24, kH200, -1), Error);
 }
 
+// Fused rows (a token of at most one chunk's valid rows finished by split 0) are planned only
+// where a token could have that few: not when min_valid_entries exceeds the chunk. A hint up to
+// the chunk keeps them; a forced threshold stays as forced. Both cards, both caches.
+TEST(Planner, MinValidEntriesAboveTheChunkPlanNoFusedRows) {
+  for (const DeviceInfo& dev : {kH100, kH200})
+    for (KvCacheFormat f : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
+      for (int H : {16, 32, 64})
+        for (int T : {1, 2, 4, 8, 16, 64}) {
+          const auto plan = [&](int min_valid, PlanChoice choice = {}) {
+            return plan_sparse_mla(T, H, 2048, dev, choice, IndexSharing::unknown, f, min_valid);
+          };
+          const SparseMlaPlan unhinted = plan(0);
+          if (unhinted.kernel != SparseMlaKernel::split_k || unhinted.fused_rows == 0) continue;
+          const std::string at = "T " + std::to_string(T) + " H " + std::to_string(H);
+          EXPECT_EQ(unhinted.fused_rows, unhinted.chunk) << at;
+          const SparseMlaPlan at_chunk = plan(unhinted.chunk);
+          if (at_chunk.splits == unhinted.splits) EXPECT_EQ(at_chunk.fused_rows, unhinted.chunk) << at;
+          const SparseMlaPlan above = plan(unhinted.chunk + 1);
+          EXPECT_EQ(above.fused_rows, 0) << at;
+          EXPECT_EQ(plan(2048).fused_rows, 0) << at;
+          PlanChoice forced;
+          forced.fused_rows = 7;
+          EXPECT_EQ(plan(2048, forced).fused_rows, 7) << at;
+        }
+}
+
 // Lists of at most 32 positions (a caller's topk = L for short contexts) run as one split per
 // token in position order, with no fused rows or lead tokens: the split-K launcher's tiny-list
 // instance (one ballot per warp counts the list). At 16 and 32 heads below 2048 tokens (row

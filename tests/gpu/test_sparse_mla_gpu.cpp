@@ -408,6 +408,30 @@ TEST_F(Gpu, FullListsHintAgreesEvenWhereItDoesNotHold) {
     }
 }
 
+// Under a hint that every list holds more valid entries than a split's chunk, split-K plans no
+// fused rows (each split compacts only its own chunk). Lists that break the hint (one valid row,
+// runs, all padding, -1 in the middle) must still agree: a token of few rows runs through its
+// splits, most of them empty, and merges. T = 1 / 4 / 8, 16 and 64 heads, both caches.
+TEST_F(Gpu, HintedPlansWithoutFusedRowsAgreeEvenWhereTheHintFails) {
+  const DeviceInfo dev = DeviceInfo::from_device(0);
+  for (int H : {16, 64})
+    for (int T : {1, 4, 8})
+      for (IndexPattern pattern : {IndexPattern::single_valid, IndexPattern::runs, IndexPattern::all_padding, IndexPattern::padding_middle})
+        for (bool fp8 : {false, true}) {
+          HostProblem hp = make_problem(T, H, 2048, 64, 400, pattern, seed_of(T, int(pattern), H, fp8 ? 15 : 14));
+          if (fp8) hp.to_fp8(false);
+          const KvCacheFormat format = fp8 ? KvCacheFormat::fp8_ds_mla : KvCacheFormat::bf16;
+          const SparseMlaPlan plan = plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, IndexSharing::unknown, format, 2048);
+          ASSERT_EQ(plan.kernel, SparseMlaKernel::split_k);
+          ASSERT_GT(plan.splits, 1) << "T " << T << " H " << H;
+          EXPECT_EQ(plan.fused_rows, 0) << "T " << T << " H " << H;
+          EXPECT_GT(plan_sparse_mla(hp.T, hp.H, hp.topk, dev, {}, IndexSharing::unknown, format).fused_rows, 0) << "unhinted";
+          const Agreement a = run_and_compare(hp, &plan);
+          EXPECT_TRUE(a.ok()) << "T " << T << " H " << H << " " << workload::to_string(pattern) << (fp8 ? " fp8: " : " bf16: ")
+                              << a.summary();
+        }
+}
+
 // Full lists of 512 under the hint (min_valid_entries = topk) at 16 heads T = 150 take one split,
 // no half-wave lead (params.h kSplitKHalfWaveLeadFullListsMaxList), on any card. Random rows,
 // and runs and -1 in the middle, shorter than the hint says (allowed: a false hint costs time,
