@@ -231,6 +231,11 @@
 //   v45 (plans only) under the full-lists hint, 16-head lists of <= 768 in one split instead of
 //                the half-wave lead (T = 133-165; run 750, H200, us): topk 512 T = 165 random 48.9
 //                -> 39.85 (fp8 39.2 -> 34.1), T = 150 separate requests 46.25 -> 38.8.
+//   v46 c347c3a (plans only) no fused rows where min_valid_entries exceeds the chunk (no token
+//                could fuse): each split reads and compacts only its chunk of the list, the combine
+//                counts nothing. Run 763, H200, hinted separate requests (us): fp8 T = 16 / 24 19.2 /
+//                24.6 -> 18.5 / 23.6, T = 8 13.5 -> 13.3; bf16 T = 1 / 4 / 32 8.8 / 11.65 / 34.15 ->
+//                8.7 / 11.5 / 33.35; T >= 48 within +-1 %.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): lead tokens in more splits filling a plan's idle slots (run
