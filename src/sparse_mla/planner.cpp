@@ -39,6 +39,18 @@ void check_fused_rows_choice(const PlanChoice& choice, bool fusable) {
                            std::to_string(detail::kFusedChunkAlign) + "-position groups (split_k), or 64+ heads (shared_rows)");
 }
 
+// A plan's fused-rows threshold (SparseMlaPlan::fused_rows): a forced one, else one chunk where
+// the plan can fuse, but none where the caller's hint says every list holds more valid entries
+// than a chunk (min_valid_entries > chunk): no token could fuse, and without them each split
+// reads only its own part of the list and the combine counts nothing (perf.md runs 762-765,
+// H200, hinted full lists: split-K bf16 -1.9 to +0.9 %, fp8 T = 4-24 -1.5 to -6.5 %; shared rows
+// at 64 / 128 heads bf16 -0.2 to -3.1 %, fp8 to -2.6 %).
+int planned_fused_rows(const PlanChoice& choice, bool fusable, int chunk, int min_valid_entries) {
+  check_fused_rows_choice(choice, fusable);
+  if (choice.fused_rows != 0) return std::max(choice.fused_rows, 0);
+  return fusable && min_valid_entries <= chunk ? chunk : 0;
+}
+
 // A balanced choice: -1, 0 or 1.
 void check_balanced_choice(const PlanChoice& choice) {
   if (choice.balanced < -1 || choice.balanced > 1)
@@ -543,9 +555,8 @@ SparseMlaPlan plan_shared_rows(SparseMlaPlan plan, const PlanChoice& choice, con
   plan.ctas = launch_ctas(detail::lead_split_ctas(groups, plan.splits, lead_groups, plan.lead_splits));
   // Fused rows with splits and one token per group: a list of at most one split's entries is
   // done by split 0 alone, unmerged (as split-K's: 100 valid rows at T = 16 and 64 heads ...).
-  const bool fusable = detail::shared_rows_fused_rows_fit(plan.splits, group_heads);
-  check_fused_rows_choice(choice, fusable);
-  plan.fused_rows = choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable ? plan.chunk : 0);
+  plan.fused_rows = planned_fused_rows(choice, detail::shared_rows_fused_rows_fit(plan.splits, group_heads), plan.chunk,
+                                       c.min_valid_entries);
   // One token per group in one wave, or the planner's lead tokens or 32 heads past one wave:
   // each CTA compacts its token's list (no union pass, and no order pass, which only matters
   // across waves).
@@ -707,16 +718,10 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // -1 padding of an indexer with fewer candidates than topk) is finished by its first split
   // alone. That CTA does no more tile work than any split of the plan, and the token needs no
   // partials and no merge: T=1 with 2 valid rows 9.0 -> 5.6 us, T=16 with 100 each 19.8 -> 14.0,
-  // full lists unchanged (docs/perf.md runs 83-84). Not where the caller's hint says every list
-  // holds more valid entries than a chunk (min_valid_entries > chunk): no token could fuse, and
-  // without them each split loads and compacts only its own chunk of the list and the combine
-  // counts nothing (run 762, H200, full lists at T = 1-64: bf16 -1.9 to +0.9 %, fp8 T = 4-16
-  // -1.5 to -4.7 %).
-  const bool fusable = detail::fused_rows_fit(plan.splits, topk, plan.chunk);
-  check_fused_rows_choice(choice, fusable);
-  const bool hint_rules_out_fusing = c.min_valid_entries > plan.chunk;
-  plan.fused_rows =
-      choice.fused_rows > 0 ? choice.fused_rows : (choice.fused_rows == 0 && fusable && !hint_rules_out_fusing ? plan.chunk : 0);
+  // full lists unchanged (docs/perf.md runs 83-84). Not under a hint that rules them out
+  // (planned_fused_rows).
+  plan.fused_rows = planned_fused_rows(choice, detail::fused_rows_fit(plan.splits, topk, plan.chunk), plan.chunk,
+                                       c.min_valid_entries);
   if (detail::splitk_smem_bytes(plan.block_keys, detail::splitk_listed_positions(plan.fused_rows > 0, topk, plan.chunk), fp8) >
       dev.max_smem_per_block)
     fail("device", "not enough shared memory per block");

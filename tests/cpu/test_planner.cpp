@@ -1406,17 +1406,20 @@ TEST(Planner, FullListsHintTakesOneCtaPerSmToSixteenTiles) {
 
 // Fused rows (a token of at most one chunk's valid rows finished by split 0) are planned only
 // where a token could have that few: not when min_valid_entries exceeds the chunk. A hint up to
-// the chunk keeps them; a forced threshold stays as forced. Both cards, both caches.
+// the chunk keeps them; a forced threshold stays as forced. Split-K and shared rows (64 / 128
+// heads, one token per group), both cards, both caches.
 TEST(Planner, MinValidEntriesAboveTheChunkPlanNoFusedRows) {
+  int split_k = 0, shared_rows = 0;
   for (const DeviceInfo& dev : {kH100, kH200})
     for (KvCacheFormat f : {KvCacheFormat::bf16, KvCacheFormat::fp8_ds_mla})
-      for (int H : {16, 32, 64})
+      for (int H : {16, 32, 64, 128})
         for (int T : {1, 2, 4, 8, 16, 64}) {
           const auto plan = [&](int min_valid, PlanChoice choice = {}) {
             return plan_sparse_mla(T, H, 2048, dev, choice, IndexSharing::unknown, f, min_valid);
           };
           const SparseMlaPlan unhinted = plan(0);
-          if (unhinted.kernel != SparseMlaKernel::split_k || unhinted.fused_rows == 0) continue;
+          if (unhinted.fused_rows == 0) continue;
+          ++(unhinted.kernel == SparseMlaKernel::split_k ? split_k : shared_rows);
           const std::string at = "T " + std::to_string(T) + " H " + std::to_string(H);
           EXPECT_EQ(unhinted.fused_rows, unhinted.chunk) << at;
           const SparseMlaPlan at_chunk = plan(unhinted.chunk);
@@ -1428,6 +1431,8 @@ TEST(Planner, MinValidEntriesAboveTheChunkPlanNoFusedRows) {
           forced.fused_rows = 7;
           EXPECT_EQ(plan(2048, forced).fused_rows, 7) << at;
         }
+  EXPECT_GT(split_k, 20);
+  EXPECT_GT(shared_rows, 10);
 }
 
 // Lists of at most 32 positions (a caller's topk = L for short contexts) run as one split per
