@@ -271,6 +271,9 @@
 //               the split-K slots (64 heads T >= 34, 128 heads T >= 17). Run 605, H100 (us): 64
 //               heads topk 512 T = 40 / 56 35.1 / 34.1 -> 25.2 / 30.8, 128 heads T = 20 34.9 ->
 //               24.5, topk 768 T = 20 43.4 -> 28.4; every moved case faster.
+//   v35 7fd4ed7 (plans only) no fused rows where min_valid_entries exceeds the chunk (split-K's
+//               rule since c347c3a). Runs 765-766, H200, hinted full lists (us): 64 heads T = 3
+//               16.35 -> 15.9, 128 heads T = 2 16.5 -> 16.05, T = 16 34.2 -> 33.7; fp8 0 to -2.6 %.
 // Tried and not kept: S as two alternating accumulator chains (if the 36 dependent wgmmas were
 // latency-bound): +2-3 % (run 257). The group on a two-CTA cluster, each CTA half of every row's
 // dims with S at N = 64 and the partial S exchanged through DSMEM: 1.8x slower, and no faster than
