@@ -221,7 +221,6 @@ struct PlannerContext {
   int num_tokens, num_heads, topk;
   const DeviceInfo& dev;
   IndexSharing sharing;
-  bool full_lists;               // SparseMlaProblem::min_valid_entries >= topk: every list is full
   int min_valid_entries;         // SparseMlaProblem::min_valid_entries (0: unknown)
   bool fp8;
   int64_t split_k_slots;         // split-K's CTAs per wave: two per SM
@@ -231,6 +230,9 @@ struct PlannerContext {
   int64_t split_k_lead_min_tail_splits;  // the same for split-K (kLeadMinTailSplitsSplitKFastMemory)
   int64_t bandwidth_eighths;     // the device's DRAM bandwidth in eighths of the H100's
   bool fast_memory;              // bandwidth_eighths >= params.h kFastMemoryEighths (the H200)
+
+  // The caller's hint says every list is full (min_valid_entries = topk).
+  bool full_lists() const { return min_valid_entries >= topk; }
 
   // Splits of one-token groups below one wave (split each group's union tiles; the combine merges
   // them; no split left empty by a full list). Fewer than 8 groups use at most 3/4 of the SMs, 8
@@ -635,7 +637,7 @@ SparseMlaPlan plan_split_k(SparseMlaPlan plan, const PlanChoice& choice, const P
   // kSplitKOneCtaPerSmMaxTilesFullLists, kSplitKOneCtaPerSmFullListsAlso); at 16 heads two to an
   // SM, 8-tile splits rather than 7 (kSplitKNotSevenTiles).
   const bool sixteen_heads = num_heads == kHeadGroup;
-  const bool sixteen_heads_full_lists = sixteen_heads && c.full_lists;  // the caller's hint (min_valid_entries = topk)
+  const bool sixteen_heads_full_lists = sixteen_heads && c.full_lists();  // the caller's hint (min_valid_entries = topk)
   if (c.fast_memory && !fp8 && num_heads <= detail::kSplitKOneCtaPerSmHeads &&
       (topk == detail::kSplitKOneCtaPerSmList || (sixteen_heads_full_lists && topk == detail::kSplitKOneCtaPerSmFullListsAlso)) &&
       base_ctas * splits > dev.sm_count) {
@@ -801,7 +803,7 @@ SparseMlaPlan plan_sparse_mla(int num_tokens, int num_heads, int topk, const Dev
 #ifdef DSA_WHATIF
   if (const char* e = std::getenv("DSA_LEAD_MIN")) lead_min_tail_splits = split_k_lead_min_tail_splits = std::atoi(e);  // what-if builds only
 #endif
-  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, min_valid_entries >= topk, min_valid_entries, fp8, 2 * int64_t{dev.sm_count},
+  const PlannerContext c{num_tokens, num_heads, topk, dev, sharing, min_valid_entries, fp8, 2 * int64_t{dev.sm_count},
                          static_cast<int>(ceil_div(topk, detail::kSharedRowsTileEntries)), two_rounds_rule(num_heads, topk, fp8, fast_memory),
                          lead_min_tail_splits, split_k_lead_min_tail_splits, eighths, fast_memory};
   const SharedRowsPick pick = pick_shared_rows(c);
