@@ -242,8 +242,9 @@
 // from split 0 instead of its count, which waits for a full grid's CTAs to leave (runs 770-771:
 // fp8 full lists -3 to -7 %, mixed lengths +2 to +5 %); splits other than 0 reading only their
 // chunk and a 32-position witness (run 768: bf16 T <= 8 +2 to +9 %); lead tokens in more splits
-// filling a plan's idle slots (run 737: +4 to +16 % on full lists); a wgmma S for fp8, weighed first by what-ifs (runs 738, 740:
-// without S's e4m3 side at all T = 1024 only -6 % on separate requests, -12.5 % random);
+// filling a plan's idle slots (run 737: +4 to +16 % on full lists); a wgmma S for fp8, weighed
+// first by what-ifs (runs 738, 740: without S's e4m3 side at all T = 1024 only -6 % on separate
+// requests, -12.5 % random);
 // cp.async.ca row gathers (run 29: T64 -3 %, prefill +3 %);
 // row order's sort in one pass of 7 radix bits (run 149: T=256 -0.8 us, T=1024 +5);
 // splits merged in thread-block clusters through distributed shared memory instead of the
