@@ -236,6 +236,9 @@
 //                counts nothing. Run 763, H200, hinted separate requests (us): fp8 T = 16 / 24 19.2 /
 //                24.6 -> 18.5 / 23.6, T = 8 13.5 -> 13.3; bf16 T = 1 / 4 / 32 8.8 / 11.65 / 34.15 ->
 //                8.7 / 11.5 / 33.35; T >= 48 within +-1 %.
+//   v47          the many-splits combine in 4-warp blocks at 1-2 parts (split-K), which fit beside
+//                a main grid of two CTAs per SM, so that their count of each list for fused rows
+//                runs during the main kernel, not after it. Measured in run 773 (docs/perf.md).
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): fused marks, the combine finding fused tokens by a mark
@@ -1561,11 +1564,12 @@ struct TokenSplits {
   bool fused;         // split 0 wrote the token's out and lse
   uint64_t live;      // bit s: split s has a valid index (wrote its partial output)
 };
+template <int kBlockThreads>
 __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, int t) {
   static_assert(kMaxChunk / kFusedChunkAlign <= 64, "a split mask per token");
   // Split-K's splits are chunks of 32-position groups; shared rows set no chunk, their mask comes
   // from the tile count below.
-  const ListCount c = count_token_list<kCombineThreads>(p, t, p.splits_over_entries ? 0 : p.chunk);
+  const ListCount c = count_token_list<kBlockThreads>(p, t, p.splits_over_entries ? 0 : p.chunk);
   const int total = c.valid;
   uint64_t live = c.live_chunks;
   if (p.splits_over_entries) {  // shared rows: split s takes tiles [s * per_split, ...) of the token's
@@ -1580,8 +1584,9 @@ __device__ __forceinline__ TokenSplits token_splits(const SparseMlaParams& p, in
 // A combine block's fused-rows check, before any wait: true if split 0 finished token t alone
 // (the block has nothing to merge and returns; one that another combine follows waits first);
 // else `live` becomes the splits that hold a result.
+template <int kBlockThreads = kCombineThreads>
 __device__ __forceinline__ bool fused_token_done(const SparseMlaParams& p, int t, uint64_t& live) {
-  const TokenSplits ts = token_splits(p, t);
+  const TokenSplits ts = token_splits<kBlockThreads>(p, t);
   if (ts.fused) {
     if (p.combine_before_another) ptx::wait_prerequisites();
     return true;
@@ -1720,21 +1725,32 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_runs_kerne
   store_merged_head(p, t, h, lane * 4, acc, m, l, lane == 0);
 }
 
-// Many splits: one block per (token, head, 512 / kParts dims). Warp w merges splits w, w+8, ...
-// online (4 in flight), then warp 0 merges the 8 warps through shared memory. kParts keeps the
+// Many splits: one block per (token, head, 512 / kParts dims). Warp w of W merges splits w, w+W, ...
+// online (4 in flight), then warp 0 merges the W warps through shared memory. kParts keeps the
 // grid near one block per main-kernel slot: at T = 1, 4 parts make 64 blocks (one part, 16
 // blocks, took 10.9 us against 10.1); at T = 16, one part makes 256 blocks where 4 made 1024:
 // 29.3 against 31.3 us (run 85; T = 2-8 within 0.2 us either way).
 // kBalanced: the token's run of slots from the schedule (combine_runs' layout), for small calls
 // whose runs are long: the run's loads are spread over 8 warps instead of one warp's rounds.
+// kBlockThreads 128 (split-K with 1 or 2 parts, kCombineSmallBlockMaxParts): 4 warps per block,
+// whose 128 x <= 80 registers fit beside two main CTAs on an SM (of 176-206 registers: 14-18 K
+// of the 64 K left), so that every block counts its token's list for fused rows while the main
+// kernel runs. A 256-thread block fits only as main CTAs leave, and its count then ran after the
+// main kernel: fp8 16 heads T = 16 -7.0 %, 32 heads T = 8 -10.4 %, 64 heads T = 3 -8.9 %, 128
+// heads T = 2 -10.2 % with 128 (docs/perf.md run 772). With 4 parts (T <= 4 at 16 heads) the
+// 256-thread blocks already fit beside the main grid, and 4 warps merge 64 splits in more rounds
+// (T = 1 random +8 %); shared rows' main CTAs leave less room (64 / 128 heads +3-5 %).
 constexpr int kCombineBlocksTarget = 256;  // ~ the main kernel's 2 CTAs x 132 SMs
 constexpr int kCombineUnroll = 4;
+constexpr int kCombineSmallBlockThreads = 128;
+constexpr int kCombineSmallBlockMaxParts = 2;
 
-template <int kParts, bool kBalanced = false>
-__global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
+template <int kParts, bool kBalanced = false, int kBlockThreads = kCombineThreads>
+__global__ void __launch_bounds__(kBlockThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
   constexpr int kVec = kCkvDim / kParts / 128;  // float4 per lane
-  __shared__ float s_m[kCombineWarps], s_l[kCombineWarps];
-  __shared__ float4 s_acc[kCombineWarps][kVec][32];
+  constexpr int kBlockWarps = kBlockThreads / 32;
+  __shared__ float s_m[kBlockWarps], s_l[kBlockWarps];
+  __shared__ float4 s_acc[kBlockWarps][kVec][32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t th = blockIdx.x / kParts;
   const int part = blockIdx.x % kParts;
@@ -1746,7 +1762,7 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
     const SlotRun run = balanced_slot_run(p, t, h);
     if (run.splits == 1) return;  // its one split wrote it
     splits = run.splits, slot0 = run.first, slot_step = run.step;
-  } else if (p.fused_rows > 0 && fused_token_done(p, t, live)) {  // split 0 wrote it
+  } else if (p.fused_rows > 0 && fused_token_done<kBlockThreads>(p, t, live)) {  // split 0 wrote it
     return;
   }
   ptx::wait_prerequisites();
@@ -1755,12 +1771,12 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   float4 acc[kVec];
 #pragma unroll
   for (int i = 0; i < kVec; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = warp; s0 < splits; s0 += kCombineWarps * kCombineUnroll) {
+  for (int s0 = warp; s0 < splits; s0 += kBlockWarps * kCombineUnroll) {
     float ls[kCombineUnroll];
     uint2 v[kCombineUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kCombineUnroll; ++u) {
-      const int s = s0 + kCombineWarps * u;
+      const int s = s0 + kBlockWarps * u;
       const int64_t slot = slot0 + s * slot_step;
       ls[u] = s < splits ? p.partial_lse[slot] : -INFINITY;
       // Fused rows: s < 64. A balanced split with no row (a schedule from other counts) has
@@ -1782,12 +1798,12 @@ __global__ void __launch_bounds__(kCombineThreads) sparse_mla_combine_many_kerne
   if (warp != 0) return;
   float mx = -INFINITY;
 #pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) mx = fmaxf(mx, s_m[w]);
+  for (int w = 0; w < kBlockWarps; ++w) mx = fmaxf(mx, s_m[w]);
   float sum = 0.f;
   float4 o[kVec] = {};
   if (mx != -INFINITY) {  // else every split was empty: zeros and -inf
 #pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) {
+    for (int w = 0; w < kBlockWarps; ++w) {
       const float scale = exp2f(s_m[w] - mx);  // a warp that saw nothing has m = -inf, l = 0, acc = 0
       sum += s_l[w] * scale;
 #pragma unroll
@@ -1916,11 +1932,11 @@ void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {
 }
 
 // The many-splits combine for kParts = parts (4, 2 or 1).
-template <bool kBalanced>
+template <bool kBalanced, int kBlockThreads = kCombineThreads>
 auto combine_many_for(int parts) {
-  return parts == 4 ? sparse_mla_combine_many_kernel<4, kBalanced>
-         : parts == 2 ? sparse_mla_combine_many_kernel<2, kBalanced>
-                      : sparse_mla_combine_many_kernel<1, kBalanced>;
+  return parts == 4 ? sparse_mla_combine_many_kernel<4, kBalanced, kBlockThreads>
+         : parts == 2 ? sparse_mla_combine_many_kernel<2, kBalanced, kBlockThreads>
+                      : sparse_mla_combine_many_kernel<1, kBalanced, kBlockThreads>;
 }
 
 namespace {
@@ -1942,6 +1958,11 @@ void launch_combine_of(const SparseMlaParams& p, cudaStream_t stream) {
     return;
   }
   const bool few = p.splits <= kFewSplits;
+  if (!few && parts <= kCombineSmallBlockMaxParts && !p.splits_over_entries) {  // blocks that fit beside the main grid
+    launch_dependent(combine_many_for<false, kCombineSmallBlockThreads>(parts), dim3(static_cast<unsigned>(heads * parts)),
+                     dim3(kCombineSmallBlockThreads), 0, stream, p);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
   launch_dependent(few ? sparse_mla_combine_few_kernel : combine_many_for<false>(parts), grid, dim3(kCombineThreads), 0, stream, p);
 }
