@@ -236,9 +236,11 @@
 //                counts nothing. Run 763, H200, hinted separate requests (us): fp8 T = 16 / 24 19.2 /
 //                24.6 -> 18.5 / 23.6, T = 8 13.5 -> 13.3; bf16 T = 1 / 4 / 32 8.8 / 11.65 / 34.15 ->
 //                8.7 / 11.5 / 33.35; T >= 48 within +-1 %.
-//   v47          the many-splits combine in 4-warp blocks at 1-2 parts (split-K), which fit beside
-//                a main grid of two CTAs per SM, so that their count of each list for fused rows
-//                runs during the main kernel, not after it. Measured in run 773 (docs/perf.md).
+//   v47 1c4b4aa  the many-splits combine in 4-warp blocks at 1-2 parts, which fit beside a main
+//                grid of two CTAs per SM, so that their count of each list for fused rows runs
+//                during the main kernel, not after it (run 773, H200, unhinted, us): fp8 16 heads
+//                T = 16 19.15 -> 17.7, 32 heads T = 8 17.7 -> 15.9, 64 heads T = 3 15.75 -> 14.5,
+//                128 heads T = 2 17.55 -> 15.7; T = 8 mixed runs bf16 12.05 -> 11.8.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): fused marks, the combine finding fused tokens by a mark
