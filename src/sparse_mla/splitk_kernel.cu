@@ -1934,11 +1934,11 @@ void launch_sparse_mla_schedule(const SparseMlaParams& p, cudaStream_t stream) {
 }
 
 // The many-splits combine for kParts = parts (4, 2 or 1).
-template <bool kBalanced, int kBlockThreads = kCombineThreads>
+template <bool kBalanced>
 auto combine_many_for(int parts) {
-  return parts == 4 ? sparse_mla_combine_many_kernel<4, kBalanced, kBlockThreads>
-         : parts == 2 ? sparse_mla_combine_many_kernel<2, kBalanced, kBlockThreads>
-                      : sparse_mla_combine_many_kernel<1, kBalanced, kBlockThreads>;
+  return parts == 4 ? sparse_mla_combine_many_kernel<4, kBalanced>
+         : parts == 2 ? sparse_mla_combine_many_kernel<2, kBalanced>
+                      : sparse_mla_combine_many_kernel<1, kBalanced>;
 }
 
 namespace {
@@ -1961,8 +1961,9 @@ void launch_combine_of(const SparseMlaParams& p, cudaStream_t stream) {
   }
   const bool few = p.splits <= kFewSplits;
   if (!few && parts <= kCombineSmallBlockMaxParts && !p.splits_over_entries) {  // blocks that fit beside the main grid
-    launch_dependent(combine_many_for<false, kCombineSmallBlockThreads>(parts), dim3(static_cast<unsigned>(heads * parts)),
-                     dim3(kCombineSmallBlockThreads), 0, stream, p);
+    launch_dependent(parts == 2 ? sparse_mla_combine_many_kernel<2, false, kCombineSmallBlockThreads>
+                                : sparse_mla_combine_many_kernel<1, false, kCombineSmallBlockThreads>,
+                     dim3(static_cast<unsigned>(heads * parts)), dim3(kCombineSmallBlockThreads), 0, stream, p);
     return;
   }
   const dim3 grid(static_cast<unsigned>(few ? (heads + kCombineWarps - 1) / kCombineWarps : heads * parts));
