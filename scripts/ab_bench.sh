@@ -4,7 +4,8 @@
 # that both verified: each build's plan, its two medians (us) and B1's change against B0 (the
 # means of the rounds); then the range of the change over the cases whose plan moved and over
 # those whose plan stayed (their spread is the runs' noise). Cases either build failed or skipped
-# are listed after the table.
+# are listed after the table. A case's "/V<N>" suffix (the --min-valid hint) is dropped before
+# matching, so B1 may be a wrapper that passes the hint where B0 does not (hinted against unhinted).
 # Usage (GPU machine): scripts/ab_bench.sh B0 B1 [dsa-bench args]
 #   scripts/ab_bench.sh b0/dsa-bench b1/dsa-bench --suite sweep --kernel-only --kv fp8
 #   scripts/ab_bench.sh b0/dsa-bench b1/dsa-bench --shape H16-T8-k2048-random,H128-T1-k2048-runs --kernel-only
@@ -30,7 +31,7 @@ for round in 1 2; do
   done
 done
 awk '
-  { key = $3; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+  { key = $3; sub(/\/V[0-9]+$/, "", key); if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     if ($4 == "FAIL") { failed[key] = failed[key] " b" $1 "/" $2; next }
     plan[key, $1] = $4; t[key, $1, $2] = $5; count[key, $1]++ }
   END {
