@@ -33,23 +33,42 @@ void raise_smem_limit_once(int bytes) {
   configured.fetch_or(bit, std::memory_order_relaxed);
 }
 
+// Launches `kernel` by cudaLaunchKernelEx with one launch attribute.
+template <typename... Params, typename... Args>
+void launch_with_attribute(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
+                           cudaLaunchAttribute attr, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 // Launches `kernel` with programmatic dependent launch: its CTAs may start before the previous
 // kernel in `stream` ends, so it must call griddepcontrol.wait (ptx::wait_prerequisites) before
 // reading anything that kernel writes.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes, cudaStream_t stream,
                       Args&&... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem_bytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DSA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  launch_with_attribute(kernel, grid, block, smem_bytes, stream, attr, std::forward<Args>(args)...);
+}
+
+// Launches `kernel` asking for the SM's largest shared-memory carve-out (the least L1) for this
+// launch. The driver otherwise sizes the carve-out to the launch's own CTAs, and a grid launched
+// beside it (a dependent one) finds room only in what that size leaves over.
+template <typename... Params, typename... Args>
+void launch_with_max_shared_carveout(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem_bytes,
+                                     cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+  attr.val.sharedMemCarveout = cudaSharedmemCarveoutMaxShared;
+  launch_with_attribute(kernel, grid, block, smem_bytes, stream, attr, std::forward<Args>(args)...);
 }
 
 }  // namespace dsa::detail

@@ -1843,6 +1843,14 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
     launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
     return;
   }
+  if (p.splits > 1) {
+    // A combine follows, and its blocks must fit beside this grid's CTAs for their work before
+    // griddepcontrol.wait and their launch to hide behind ours. The driver sizes the carve-out
+    // to our CTAs alone: two fp8 CTAs of 60 KB (a hint's chunk-only list) got one the 128-thread
+    // combine did not fit beside, and the combine ended 1-2 us later (docs/perf.md run 778).
+    launch_with_max_shared_carveout(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
+    return;
+  }
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p);
   DSA_CUDA_CHECK(cudaGetLastError());
 }
