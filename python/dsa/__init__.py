@@ -35,9 +35,8 @@ an H200 take one CTA per SM further: lists of 2048 up to T = 33 (-4 to -16 %), l
 T = 66 (-2 to -12 %; docs/perf.md "Full lists", "Full lists of 1024"); on any device 16-head
 full lists of at most 768 run one split at T = 133-165 (bf16 -5 to -19 %, fp8 0 to -14 % on an
 H200); a hint above a split's share of the list also spares the combine its count of every
-list (fp8 T = 8-24 1.5-4 % faster at 16 heads, up to 6.7 % at 32-128, measured before the
-unhinted count learnt to run beside the main kernel, docs/perf.md run 773). A hint that does not
-hold costs time, never correctness.
+list, which unhinted plans now run beside the main kernel (hinted fp8 over full lists 0-2 %
+faster, docs/perf.md run 779). A hint that does not hold costs time, never correctness.
 schedule= runs the balanced plan instead of the planner's (dsa::SparseMlaPlan::balanced): each
 token's splits sized by its valid rows. Make it once per decode step from any layer's indices
 (sparse_mla_schedule) and pass it to every layer; it pays for decode batches of mixed lengths
