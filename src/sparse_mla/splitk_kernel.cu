@@ -1752,6 +1752,19 @@ constexpr int kCombineUnroll = 4;
 constexpr int kCombineSmallBlockThreads = 128;
 constexpr int kCombineSmallBlockMaxParts = 2;
 
+// The many-splits combine's blocks per (token, head) for a plan whose tokens all take p.splits
+// splits: about one block per main-kernel slot.
+inline int combine_parts(const SparseMlaParams& p) {
+  const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
+  return heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
+}
+
+// Whether that plan's combine takes the 4-warp blocks made to fit beside split-K's grid.
+inline bool combine_takes_small_blocks(const SparseMlaParams& p) {
+  return p.balanced_slots == 0 && p.splits > kFewSplits && combine_parts(p) <= kCombineSmallBlockMaxParts &&
+         !p.splits_over_entries;
+}
+
 template <int kParts, bool kBalanced = false, int kBlockThreads = kCombineThreads>
 __global__ void __launch_bounds__(kBlockThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
   constexpr int kVec = kCkvDim / kParts / 128;  // float4 per lane
@@ -1848,11 +1861,16 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
     launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
     return;
   }
-  if (p.splits > 1) {
-    // A combine follows, and its blocks must fit beside this grid's CTAs for their work before
-    // griddepcontrol.wait and their launch to hide behind ours. The driver sizes the carve-out
-    // to our CTAs alone: two fp8 CTAs of 60 KB (a hint's chunk-only list) got one the 128-thread
-    // combine did not fit beside, and the combine ended 1-2 us later (docs/perf.md run 778).
+  const bool small_block_combine =
+      p.splits > 1 && ((p.lead_tokens > 0 && p.lead_splits > 1 && combine_takes_small_blocks(lead_tokens_view(p))) ||
+                       (p.num_tokens > p.lead_tokens && combine_takes_small_blocks(later_tokens_view(p))));
+  if (small_block_combine) {
+    // The 4-warp combine follows, made to fit beside this grid's CTAs so that its work before
+    // griddepcontrol.wait and its launch hide behind ours. The driver sizes the carve-out to
+    // our CTAs alone: two fp8 CTAs of 60 KB (a hint's chunk-only list) got one the combine did
+    // not fit beside, and it ended 1-2 us later (docs/perf.md runs 777-778). Not before the
+    // 256-thread combines, whose blocks do not fit beside two CTAs either way: with it, lists
+    // of 512 in 8 splits ran 1.6-2.9 % slower (run 782).
     launch_with_max_shared_carveout(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
     return;
   }
@@ -1958,7 +1976,7 @@ namespace {
 // The combine of a plan whose tokens all take p.splits splits.
 void launch_combine_of(const SparseMlaParams& p, cudaStream_t stream) {
   const int64_t heads = (int64_t)p.num_tokens * p.num_heads;
-  const int parts = heads * 4 <= kCombineBlocksTarget ? 4 : heads * 2 <= kCombineBlocksTarget ? 2 : 1;
+  const int parts = combine_parts(p);
   if (p.balanced_slots > 0) {
     // Up to ~2 blocks per SM, a block per head: a run of up to 64 slots is loaded by 8 warps at
     // once, not in a warp's rounds of 8. With more heads, a warp per head keeps more of them in
@@ -1973,7 +1991,7 @@ void launch_combine_of(const SparseMlaParams& p, cudaStream_t stream) {
     return;
   }
   const bool few = p.splits <= kFewSplits;
-  if (!few && parts <= kCombineSmallBlockMaxParts && !p.splits_over_entries) {  // blocks that fit beside the main grid
+  if (combine_takes_small_blocks(p)) {  // blocks that fit beside the main grid
     launch_dependent(parts == 2 ? sparse_mla_combine_many_kernel<2, false, kCombineSmallBlockThreads>
                                 : sparse_mla_combine_many_kernel<1, false, kCombineSmallBlockThreads>,
                      dim3(static_cast<unsigned>(heads * parts)), dim3(kCombineSmallBlockThreads), 0, stream, p);
