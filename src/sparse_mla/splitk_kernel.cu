@@ -241,11 +241,13 @@
 //                during the main kernel, not after it (run 773, H200, unhinted, us): fp8 16 heads
 //                T = 16 19.15 -> 17.7, 32 heads T = 8 17.7 -> 15.9, 64 heads T = 3 15.75 -> 14.5,
 //                128 heads T = 2 17.55 -> 15.7; T = 8 mixed runs bf16 12.05 -> 11.8.
-//   v48 7a54563  launched with the largest shared-memory carve-out when a combine follows: the
-//                driver's own carve-out for two hinted fp8 CTAs (60 KB each) left the 4-warp
-//                combine no room beside them (run 779, H200, hinted fp8, us): 64 heads T = 3
-//                16.4 -> 14.4, 32 heads T = 8 16.65 -> 15.75, 128 heads T = 2 16.4 -> 15.55,
-//                16 heads T = 16 separate requests 18.5 -> 17.5; unhinted and bf16 within +-1 %.
+//   v48 7a54563, 92a4160  launched with the largest shared-memory carve-out when the 4-warp
+//                combine follows: the driver's own carve-out for two hinted fp8 CTAs (60 KB
+//                each) left that combine no room beside them (runs 779, 783, H200, us): hinted
+//                fp8 64 heads T = 3 16.4 -> 14.4, 32 heads T = 8 16.65 -> 15.75, 128 heads T = 2
+//                16.4 -> 15.55, 16 heads T = 16 separate requests 18.5 -> 17.5; unhinted lists
+//                of 1024 in 11 splits fp8 16.15 -> 14.95 (T = 20); before the 256-thread
+//                combines it cost 1.6-2.9 % (run 782), so those plans keep the driver's.
 // Gather floor in the same runs: 4.9 | 61.2 | 764.6 | 1138. Peer (Triton split-K, run 2):
 // 12.9 | 78.5 | 826.3 | 1834.
 // Tried and not kept (docs/perf.md): fused marks, the combine finding fused tokens by a mark
