@@ -1767,6 +1767,15 @@ inline bool combine_takes_small_blocks(const SparseMlaParams& p) {
          !p.splits_over_entries;
 }
 
+// The combines a main kernel with splits is followed by, each over tokens of one split count:
+// with lead tokens (params.h) the lead tokens' when they split, then the later tokens'. f gets
+// each one's view of the params, in launch order.
+template <typename F>
+void for_each_combine(const SparseMlaParams& p, F&& f) {
+  if (p.lead_tokens > 0 && p.lead_splits > 1) f(lead_tokens_view(p));
+  if (p.num_tokens > p.lead_tokens) f(later_tokens_view(p));
+}
+
 template <int kParts, bool kBalanced = false, int kBlockThreads = kCombineThreads>
 __global__ void __launch_bounds__(kBlockThreads) sparse_mla_combine_many_kernel(const SparseMlaParams p) {
   constexpr int kVec = kCkvDim / kParts / 128;  // float4 per lane
@@ -1863,9 +1872,8 @@ void launch_splitk_instance(const SparseMlaParams& p, cudaStream_t stream) {
     launch_dependent(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), smem, stream, p);
     return;
   }
-  const bool small_block_combine =
-      p.splits > 1 && ((p.lead_tokens > 0 && p.lead_splits > 1 && combine_takes_small_blocks(lead_tokens_view(p))) ||
-                       (p.num_tokens > p.lead_tokens && combine_takes_small_blocks(later_tokens_view(p))));
+  bool small_block_combine = false;
+  if (p.splits > 1) for_each_combine(p, [&](const SparseMlaParams& v) { small_block_combine |= combine_takes_small_blocks(v); });
   if (small_block_combine) {
     // The 4-warp combine follows, made to fit beside this grid's CTAs so that its work before
     // griddepcontrol.wait and its launch hide behind ours. The driver sizes the carve-out to
@@ -2005,12 +2013,10 @@ void launch_combine_of(const SparseMlaParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-// With lead tokens (params.h) two combines, each of one split count: the lead tokens' when they
-// split, then the later tokens' (each waits for the kernel before it, so the second for the
-// first, which waits for the main kernel).
+// Each combine waits for the kernel before it: with lead tokens the second for the first, which
+// waits for the main kernel.
 void launch_sparse_mla_combine(const SparseMlaParams& p, cudaStream_t stream) {
-  if (p.lead_tokens > 0 && p.lead_splits > 1) launch_combine_of(lead_tokens_view(p), stream);
-  if (p.num_tokens > p.lead_tokens) launch_combine_of(later_tokens_view(p), stream);
+  for_each_combine(p, [&](const SparseMlaParams& v) { launch_combine_of(v, stream); });
 }
 
 }  // namespace dsa::detail
